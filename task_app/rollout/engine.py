@@ -1,0 +1,230 @@
+"""The ops loop: `agent` asks the policy for a decision, `env` applies it to the game.
+
+    plan ──► world (cache or fresh, worker thread) ──► for op in ops:
+                 agent: policy.decide(obs, history)          (awaited under deadline + abort)
+                 env:   game.step(actions) → rewards → record (worker thread)
+                 episode over? on_done: reset (lazily, at the next op) | terminate
+             ──► RolloutResult (partial when a limit stopped it)
+
+Nothing here knows about HTTP. Crafter work runs through `offload`, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from time import perf_counter
+from typing import Any, TypeVar
+
+import anyio
+
+from ..crafter import Game, WorldFactory, normalise_tool_calls
+from ..crafter.actions import NOOP, plan_from_names
+from ..policy.base import HistoryEntry, Policy, PolicyDecision, PolicyError
+from .control import RunControl
+from .plan import AGENT, RolloutPlan
+from .result import (
+    STOP_ABORTED,
+    STOP_DEADLINE,
+    STOP_EPISODE_DONE,
+    STOP_MAX_OPS,
+    STOP_POLICY_ERROR,
+    STOP_POLICY_UNUSABLE,
+    DecisionRecord,
+    EpisodeSummary,
+    RolloutResult,
+)
+from .rewards import StepRewardShaper
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Offload = Callable[[Callable[[], T]], Awaitable[T]]
+
+
+async def run_in_thread(fn: Callable[[], T]) -> T:
+    """Default offload: anyio's worker threads (the server passes one with a capacity limiter)."""
+    return await anyio.to_thread.run_sync(fn)
+
+
+class _Stop(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class RolloutEngine:
+    """Runs one rollout. Instances are single-use; nothing is shared with other rollouts."""
+
+    def __init__(
+        self,
+        plan: RolloutPlan,
+        policy: Policy,
+        worlds: WorldFactory,
+        *,
+        control: RunControl | None = None,
+        offload: Offload[Any] = run_in_thread,
+        history_length: int = 5,
+        unusable_limit: int = 3,
+    ) -> None:
+        self.plan = plan
+        self.policy = policy
+        self.worlds = worlds
+        self.control = control or RunControl()
+        self.offload = offload
+        self.history: deque[HistoryEntry] = deque(maxlen=history_length)
+        self.unusable_limit = unusable_limit
+        self.shaper = StepRewardShaper(plan.step_rewards) if plan.step_rewards.active else None
+        self.result = RolloutResult(plan=plan, started_at=datetime.now(UTC))
+        self._deadline = 0.0
+        self._game: Game | None = None
+        self._obs_text = ""
+        self._observation: Any = None
+        self._pending: PolicyDecision | None = None
+        self._unusable_streak = 0
+        self._needs_reset = False
+
+    async def run(self) -> RolloutResult:
+        self._deadline = anyio.current_time() + self.plan.max_time_s
+        if self.shaper is not None:
+            self.result.decision_samples = []
+        try:
+            await self._guarded(self._new_episode)
+            for op in self.plan.ops:
+                self._check_limits()
+                await self._guarded(self._agent if op == AGENT else self._env)
+                self.result.ops_executed += 1
+                self._publish_progress()
+                if self._game is not None and self._game.done and self.plan.on_done == "terminate":
+                    raise _Stop(STOP_EPISODE_DONE)
+        except _Stop as stop:
+            self.result.stop_reason = stop.reason
+        finally:
+            self.control.bind(None)
+        return self._finish()
+
+    # --- guards ---------------------------------------------------------------------------------
+
+    def _check_limits(self) -> None:
+        if self.control.aborted:
+            raise _Stop(STOP_ABORTED)
+        if self.result.ops_executed >= self.plan.max_ops:
+            raise _Stop(STOP_MAX_OPS)
+        if anyio.current_time() >= self._deadline:
+            raise _Stop(STOP_DEADLINE)
+
+    async def _guarded(self, op: Callable[[], Awaitable[None]]) -> None:
+        """Run one op under the rollout deadline, cancellable by abort."""
+        with anyio.CancelScope(deadline=self._deadline) as scope:
+            self.control.bind(scope)
+            await op()
+        if scope.cancelled_caught:
+            raise _Stop(STOP_ABORTED if self.control.aborted else STOP_DEADLINE)
+
+    # --- ops ------------------------------------------------------------------------------------
+
+    async def _new_episode(self) -> None:
+        plan = self.plan
+        env = await self.offload(lambda: self.worlds.world(plan.seed, plan.area, plan.length))
+        game = Game(env, image_size=plan.image_size)
+        observation = await self.offload(game.observe)
+        self._game, self._observation, self._obs_text = game, observation, observation.text
+        self._pending = None
+        self._needs_reset = False
+        self.result.episodes.append(EpisodeSummary(index=len(self.result.episodes)))
+        self.result.final_obs_text = observation.text
+        if self.shaper is not None:
+            self.shaper.reset_episode()
+
+    async def _agent(self) -> None:
+        if self._needs_reset:
+            await self._new_episode()
+        try:
+            decision = await self.policy.decide(self._observation, tuple(self.history))
+        except PolicyError as exc:
+            self.result.error = {"code": exc.code, "message": str(exc), "status": exc.status}
+            raise _Stop(STOP_POLICY_ERROR) from exc
+        self.result.decisions += 1
+        if decision.usable:
+            self._unusable_streak = 0
+        else:
+            self.result.unusable_answers += 1
+            self._unusable_streak += 1
+            if self._unusable_streak >= self.unusable_limit:
+                raise _Stop(STOP_POLICY_UNUSABLE)
+        self._pending = decision
+
+    async def _env(self) -> None:
+        if self._needs_reset:
+            await self._new_episode()
+        game, decision = self._game, self._pending
+        if game is None:  # pragma: no cover - _new_episode always ran first
+            raise RuntimeError("env op before the world exists")
+        if decision is None:
+            plan = plan_from_names([NOOP], self.plan.max_actions)
+        else:
+            plan = normalise_tool_calls(decision.tool_calls, self.plan.max_actions)
+        started_at, start = datetime.now(UTC), perf_counter()
+        outcome, observation = await self.offload(lambda: game.step(plan))
+        env_ms = (perf_counter() - start) * 1000
+        episode = self.result.episodes[-1]
+        episode.decisions += 1
+        episode.steps += len(outcome.results)
+        episode.episode_return += outcome.reward
+        if episode.decisions >= self.plan.max_steps_per_episode and not game.done:
+            game.truncated = True
+        record = DecisionRecord(
+            index=len(self.result.records),
+            episode=episode.index,
+            obs_text=self._obs_text,
+            decision=decision,
+            plan=plan,
+            outcome=outcome,
+            obs_after_text=observation.text,
+            done=game.done,
+            truncated=game.truncated,
+            started_at=started_at,
+            finished_at=datetime.now(UTC),
+            env_ms=env_ms,
+        )
+        if self.shaper is not None and self.result.decision_samples is not None:
+            record.stepwise = self.shaper.score(record.index, outcome, outcome.actions)
+            self.result.decision_samples.append(record.stepwise.sample)
+        self.result.records.append(record)
+        self.history.append(
+            HistoryEntry(
+                record.index, tuple(outcome.actions), outcome.unlocked, outcome.reward, len(plan.rejected)
+            )
+        )
+        self._observation, self._obs_text, self._pending = observation, observation.text, None
+        self.result.final_obs_text = observation.text
+        episode.achievements = game.achievements()
+        if game.done:
+            episode.terminated, episode.truncated = game.terminated, game.truncated
+            self._needs_reset = self.plan.on_done == "reset"
+
+    # --- bookkeeping ----------------------------------------------------------------------------
+
+    def _publish_progress(self) -> None:
+        progress = self.control.progress
+        progress["ops_executed"] = self.result.ops_executed
+        progress["decisions"] = len(self.result.records)
+        progress["episodes"] = len(self.result.episodes)
+        progress["achievements"] = self.result.final_achievements
+
+    def _finish(self) -> RolloutResult:
+        result = self.result
+        result.finished_at = datetime.now(UTC)
+        if self.shaper is not None:
+            result.stepwise_summary = self.shaper.summary(result.final_achievements)
+        self._publish_progress()
+        logger.info(
+            "rollout finished: %d decisions, %d achievements, stop_reason=%s",
+            len(result.records),
+            len(result.final_achievements),
+            result.stop_reason,
+            extra={"run_id": self.plan.run_id, "seed": self.plan.seed, "policy": self.plan.policy_name},
+        )
+        return result

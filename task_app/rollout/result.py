@@ -1,0 +1,200 @@
+"""What a rollout produced, and its RolloutResponse (CONTRACT.md §3).
+
+The engine appends one `DecisionRecord` per env op; tracing builds traces from the same records, so
+the response and the stored trace can never disagree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from statistics import fmean
+from typing import Any
+
+from ..crafter import ActionPlan, DecisionOutcome
+from ..policy.base import PolicyDecision
+from .plan import RolloutPlan
+from .rewards import StepwiseResult
+
+STOP_COMPLETED = "completed"  # every op ran
+STOP_EPISODE_DONE = "episode_done"  # on_done=terminate and the episode ended
+STOP_MAX_OPS = "max_ops"
+STOP_DEADLINE = "deadline"
+STOP_ABORTED = "aborted"
+STOP_POLICY_UNUSABLE = "policy_unusable"
+STOP_POLICY_ERROR = "policy_error"
+NOT_ABORTED = frozenset({STOP_COMPLETED, STOP_EPISODE_DONE})
+
+
+@dataclass(slots=True)
+class DecisionRecord:
+    """One env op: the observation the policy saw, what it decided and what happened."""
+
+    index: int  # 0-based over the whole rollout; also the trace's turn number
+    episode: int  # 0-based
+    obs_text: str  # observation BEFORE the action
+    decision: PolicyDecision | None  # None when an env op ran without a preceding agent op
+    plan: ActionPlan
+    outcome: DecisionOutcome
+    obs_after_text: str
+    done: bool
+    truncated: bool
+    started_at: datetime
+    finished_at: datetime
+    env_ms: float
+    stepwise: StepwiseResult | None = None
+
+    @property
+    def reward(self) -> float | None:
+        """The step reward on the wire: achievements unlocked, or null when none (as the seed)."""
+        return self.outcome.reward or None
+
+    def step_info(self) -> dict[str, Any]:
+        meta: dict[str, Any] = {
+            "decision_index": self.index,
+            "episode": self.episode,
+            "actions": self.outcome.actions,
+            "env_ms": round(self.env_ms, 3),
+        }
+        if self.plan.rejected:
+            meta["rejected"] = [rejection.as_dict() for rejection in self.plan.rejected]
+        if self.plan.fallback_noop:
+            meta["fallback_noop"] = True
+        if self.decision is None:
+            meta["injected_noop"] = True
+        else:
+            meta.update(self.decision.meta)
+        info: dict[str, Any] = {"achievements_added": list(self.outcome.unlocked), "meta": meta}
+        if self.stepwise is not None:
+            meta["decision_rewards"] = self.stepwise.decision_rewards
+            info["stepwise"] = self.stepwise.info
+        return info
+
+    def step(self) -> dict[str, Any]:
+        return {
+            "obs": {"text": self.obs_text},
+            "tool_calls": [self.plan.tool_call()],
+            "reward": self.reward,
+            "done": self.done,
+            "truncated": self.truncated,
+            "info": self.step_info(),
+        }
+
+
+@dataclass(slots=True)
+class EpisodeSummary:
+    index: int
+    decisions: int = 0
+    steps: int = 0  # primitive crafter steps
+    episode_return: float = 0.0
+    achievements: list[str] = field(default_factory=list)
+    terminated: bool = False
+    truncated: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "decisions": self.decisions,
+            "steps": self.steps,
+            "return": self.episode_return,
+            "achievements": self.achievements,
+            "terminated": self.terminated,
+            "truncated": self.truncated,
+        }
+
+
+@dataclass(slots=True)
+class RolloutResult:
+    plan: RolloutPlan
+    started_at: datetime
+    records: list[DecisionRecord] = field(default_factory=list)
+    episodes: list[EpisodeSummary] = field(default_factory=list)
+    ops_executed: int = 0
+    decisions: int = 0
+    unusable_answers: int = 0
+    stop_reason: str = STOP_COMPLETED
+    error: dict[str, Any] | None = None
+    final_obs_text: str = ""
+    finished_at: datetime | None = None
+    stepwise_summary: dict[str, Any] | None = None
+    decision_samples: list[dict[str, Any]] | None = None
+    storage: dict[str, Any] | None = None
+
+    @property
+    def aborted(self) -> bool:
+        return self.stop_reason not in NOT_ABORTED
+
+    @property
+    def final_achievements(self) -> list[str]:
+        return self.episodes[-1].achievements if self.episodes else []
+
+    @property
+    def env_id(self) -> str:
+        return f"crafter:{self.plan.seed}:{self.plan.run_id}"
+
+    @property
+    def policy_id(self) -> str:
+        return f"{self.plan.policy_name}:{self.plan.run_id}"
+
+    def metrics(self) -> dict[str, Any]:
+        returns = [episode.episode_return for episode in self.episodes] or [0.0]
+        achievements = self.final_achievements
+        details: dict[str, Any] = {
+            "achievements": achievements,
+            "achievement_count": len(achievements),
+            "all_achievements": sorted({name for ep in self.episodes for name in ep.achievements}),
+            "stop_reason": self.stop_reason,
+            "seed": self.plan.seed,
+            "decisions": self.decisions,
+            "actions_executed": sum(len(record.outcome.results) for record in self.records),
+            "rejected_actions": sum(len(record.plan.rejected) for record in self.records),
+            "unusable_answers": self.unusable_answers,
+            "ops_dropped": self.plan.ops_dropped,
+            "episodes": [episode.as_dict() for episode in self.episodes],
+            "duration_s": round(((self.finished_at or self.started_at) - self.started_at).total_seconds(), 4),
+        }
+        if self.error:
+            details["error"] = self.error
+        if self.stepwise_summary is not None:
+            details["stepwise"] = self.stepwise_summary
+        if self.storage:
+            details["storage"] = self.storage
+        return {
+            "episode_returns": returns,
+            "mean_return": fmean(returns),
+            "num_steps": len(self.records),
+            "num_episodes": len(self.episodes),
+            "outcome_score": None,
+            "events_score": None,
+            "details": details,
+        }
+
+    def response(self, trace: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The RolloutResponse body."""
+        plan = self.plan
+        trajectory = {
+            "env_id": self.env_id,
+            "policy_id": self.policy_id,
+            "steps": [record.step() for record in self.records] if plan.record_trajectories else [],
+            "final": {"observation": {"text": self.final_obs_text}},
+            "length": len(self.records),
+            "inference_url": plan.inference_url,
+            "decision_samples": self.decision_samples,
+        }
+        return {
+            "run_id": plan.run_id,
+            "trajectories": [trajectory],
+            "branches": {},
+            "metrics": self.metrics(),
+            "aborted": self.aborted,
+            "ops_executed": self.ops_executed,
+            "trace_correlation_id": plan.trace_correlation_id,
+            "trace": trace,
+            "pipeline_metadata": {
+                "trace_correlation_id": plan.trace_correlation_id,
+                "inference_url": plan.inference_url,
+                "alias_applied": plan.alias_applied,
+                "policy_name": plan.policy_name,
+                "seed": plan.seed,
+            },
+        }

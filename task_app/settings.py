@@ -1,0 +1,116 @@
+"""The one place that reads the environment.
+
+`Settings()` reads environment variables (and `.env` when the CLI asks for it); tests build
+`Settings(field=value)` directly. Every limit the service enforces is a bounded field here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+MAX_SEED = 2**31 - 1
+
+
+def _csv(value: object) -> object:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="TASKAPP_",
+        env_ignore_empty=True,
+        extra="ignore",
+        populate_by_name=True,
+        frozen=True,
+    )
+
+    # --- keys (never logged, never returned) -------------------------------------------------
+    environment_api_key: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices(
+            "ENVIRONMENT_API_KEY", "DEV_ENVIRONMENT_API_KEY", "environment_api_key"
+        ),
+    )
+    environment_api_key_aliases: Annotated[list[SecretStr], NoDecode] = Field(
+        default_factory=list,
+        validation_alias=AliasChoices("ENVIRONMENT_API_KEY_ALIASES", "environment_api_key_aliases"),
+    )
+    openai_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key")
+    )
+    groq_api_key: SecretStr | None = Field(
+        default=None, validation_alias=AliasChoices("GROQ_API_KEY", "groq_api_key")
+    )
+
+    # --- serving -------------------------------------------------------------------------------
+    host: str = "127.0.0.1"
+    port: int = Field(default=8001, ge=0, le=65535)
+    service_id: str = "grpo-crafter-task-app"
+    max_concurrent_rollouts: int = Field(default=256, ge=1, le=100_000)
+    worker_threads: int = Field(default=8, ge=1, le=256)
+    max_body_bytes: int = Field(default=1_048_576, ge=1024)
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    math_alias_enabled: bool = True
+
+    # --- rollouts ------------------------------------------------------------------------------
+    max_ops_length: int = Field(default=20_000, ge=2, description="longest ops list accepted (422 beyond)")
+    max_decisions: int = Field(default=10_000, ge=1, description="largest max_llm_calls accepted")
+    max_time_s: float = Field(default=3600.0, gt=0, description="upper bound on safety.max_time_s")
+    max_actions_per_decision: int = Field(default=8, ge=1, le=64)
+    unusable_answers_limit: int = Field(default=3, ge=1)
+    run_registry_size: int = Field(default=4096, ge=16, description="completed runs kept for replay/status")
+    history_length: int = Field(default=5, ge=0, le=50)
+
+    # --- the world -----------------------------------------------------------------------------
+    area: tuple[int, int] = (64, 64)
+    episode_length: int = Field(default=10_000, ge=1)
+    default_seed: int = Field(default=42, ge=0, le=MAX_SEED)
+    max_seed: int = Field(default=MAX_SEED, ge=0, le=MAX_SEED)
+    world_cache_size: int = Field(default=512, ge=0)
+    traits_cache_size: int = Field(default=4096, ge=0)
+    task_info_max_seeds: int = Field(default=256, ge=1)
+    warm_up: bool = True
+
+    # --- inference -----------------------------------------------------------------------------
+    inference_connect_timeout_s: float = Field(default=10.0, gt=0)
+    inference_read_timeout_s: float = Field(default=120.0, gt=0)
+    inference_max_attempts: int = Field(default=4, ge=1, le=20)
+    inference_backoff_s: float = Field(default=0.5, ge=0)
+    inference_backoff_max_s: float = Field(default=8.0, ge=0)
+    inference_max_response_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    inference_max_connections: int = Field(default=512, ge=1)
+    inference_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    openai_base_url: str = "https://api.openai.com/v1"
+    groq_base_url: str = "https://api.groq.com/openai/v1"
+
+    # --- tracing -------------------------------------------------------------------------------
+    tracing_enabled: bool = True
+    traces_db: Path = Path("./traces/task_app.db")
+    sft_output_dir: Path | None = None
+    trace_queue_size: int = Field(default=1024, ge=1)
+    rubrics_dir: Path | None = None
+
+    @field_validator("environment_api_key_aliases", "cors_origins", "inference_allowed_hosts", mode="before")
+    @classmethod
+    def _split_csv(cls, value: object) -> object:
+        return _csv(value)
+
+    @field_validator("area", mode="before")
+    @classmethod
+    def _parse_area(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(int(part) for part in value.split(","))
+        return value
+
+    @property
+    def api_keys(self) -> list[str]:
+        """Every accepted key: the primary plus the aliases."""
+        keys = [self.environment_api_key] if self.environment_api_key else []
+        keys.extend(self.environment_api_key_aliases)
+        return [key.get_secret_value() for key in keys if key.get_secret_value()]
