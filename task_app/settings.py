@@ -33,9 +33,7 @@ class Settings(BaseSettings):
     # --- keys (never logged, never returned) -------------------------------------------------
     environment_api_key: SecretStr | None = Field(
         default=None,
-        validation_alias=AliasChoices(
-            "ENVIRONMENT_API_KEY", "DEV_ENVIRONMENT_API_KEY", "environment_api_key"
-        ),
+        validation_alias=AliasChoices("ENVIRONMENT_API_KEY", "DEV_ENVIRONMENT_API_KEY", "environment_api_key"),
     )
     environment_api_key_aliases: Annotated[list[SecretStr], NoDecode] = Field(
         default_factory=list,
@@ -44,9 +42,7 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr | None = Field(
         default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "openai_api_key")
     )
-    groq_api_key: SecretStr | None = Field(
-        default=None, validation_alias=AliasChoices("GROQ_API_KEY", "groq_api_key")
-    )
+    groq_api_key: SecretStr | None = Field(default=None, validation_alias=AliasChoices("GROQ_API_KEY", "groq_api_key"))
 
     # --- serving -------------------------------------------------------------------------------
     host: str = "127.0.0.1"

@@ -147,6 +147,4 @@ def normalise_tool_calls(tool_calls: Iterable[object] | None, max_actions: int) 
 
 def plan_from_names(names: Sequence[str], max_actions: int) -> ActionPlan:
     """Shortcut for built-in policies that already speak action names."""
-    return normalise_tool_calls(
-        [{"tool_name": TOOL_NAME, "arguments": {"actions": list(names)}}], max_actions
-    )
+    return normalise_tool_calls([{"tool_name": TOOL_NAME, "arguments": {"actions": list(names)}}], max_actions)

@@ -68,9 +68,7 @@ class Game:
         return [name for name in ACHIEVEMENTS if self.env.player.achievements.get(name, 0) > 0]
 
     def observe(self) -> Observation:
-        return observe(
-            self.env, terminated=self.terminated, truncated=self.truncated, image_size=self.image_size
-        )
+        return observe(self.env, terminated=self.terminated, truncated=self.truncated, image_size=self.image_size)
 
     def apply(self, plan: ActionPlan) -> DecisionOutcome:
         """Execute the plan's actions in order; stop early when the episode ends."""
@@ -83,9 +81,7 @@ class Game:
                 break
             seen = {name for name, count in player.achievements.items() if count > 0}
             _, native_reward, done, _ = self.env.step(ACTION_IDS[action])
-            unlocked = tuple(
-                name for name in ACHIEVEMENTS if player.achievements[name] > 0 and name not in seen
-            )
+            unlocked = tuple(name for name in ACHIEVEMENTS if player.achievements[name] > 0 and name not in seen)
             results.append(ActionResult(action, unlocked, float(native_reward)))
             if done:
                 self.terminated = player.health <= 0

@@ -194,9 +194,7 @@ class RolloutEngine:
             self.result.decision_samples.append(record.stepwise.sample)
         self.result.records.append(record)
         self.history.append(
-            HistoryEntry(
-                record.index, tuple(outcome.actions), outcome.unlocked, outcome.reward, len(plan.rejected)
-            )
+            HistoryEntry(record.index, tuple(outcome.actions), outcome.unlocked, outcome.reward, len(plan.rejected))
         )
         self._observation, self._obs_text, self._pending = observation, observation.text, None
         self.result.final_obs_text = observation.text

@@ -100,9 +100,7 @@ class RolloutPlan:
 
 
 def _invalid(exc: ValidationError, where: str, code: str) -> InvalidRequest:
-    errors = [
-        {"loc": [where, *error["loc"]], "msg": error["msg"], "type": error["type"]} for error in exc.errors()
-    ]
+    errors = [{"loc": [where, *error["loc"]], "msg": error["msg"], "type": error["type"]} for error in exc.errors()]
     first = errors[0]
     location = ".".join(str(part) for part in first["loc"])
     return InvalidRequest(f"{location}: {first['msg']}", code=code, errors=errors)
@@ -130,9 +128,7 @@ def apply_math_alias(request: RolloutRequest) -> tuple[RolloutRequest, bool]:
     ops = request.ops if len(request.ops) >= 20 else [AGENT, ENV] * 10  # noqa: PLR2004 - seed's rule
     remapped = request.model_copy(
         update={
-            "env": request.env.model_copy(
-                update={"env_name": "crafter", "env_id": None, "config": env_config}
-            ),
+            "env": request.env.model_copy(update={"env_name": "crafter", "env_id": None, "config": env_config}),
             "policy": request.policy.model_copy(
                 update={"policy_name": REACT, "policy_id": None, "config": policy_config}
             ),
@@ -149,9 +145,7 @@ def normalise_ops(raw_ops: list[str | OpSpec]) -> list[str]:
         name = raw if isinstance(raw, str) else (raw.type or raw.op)
         op = _OP_ALIASES.get(name.strip().lower()) if isinstance(name, str) else None
         if op is None:
-            raise InvalidRequest(
-                f"ops[{index}]: unknown op {name!r}; use 'agent' or 'env'", code="invalid_op"
-            )
+            raise InvalidRequest(f"ops[{index}]: unknown op {name!r}; use 'agent' or 'env'", code="invalid_op")
         ops.append(op)
     return ops
 
@@ -159,9 +153,7 @@ def normalise_ops(raw_ops: list[str | OpSpec]) -> list[str]:
 def check_inference_url(url: str, allowed_hosts: list[str]) -> None:
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidRequest(
-            "policy.config.inference_url must be an http(s) URL", code="invalid_inference_url"
-        )
+        raise InvalidRequest("policy.config.inference_url must be an http(s) URL", code="invalid_inference_url")
     if parts.username or parts.password:
         raise InvalidRequest(
             "policy.config.inference_url must not carry credentials; use policy.config.api_key",
@@ -199,9 +191,7 @@ def seed_from_run_id(run_id: str, max_seed: int) -> int:
 def _names(request: RolloutRequest) -> tuple[str, str]:
     env_name = (request.env.env_name or request.env.env_id or "").strip().lower()
     if env_name not in ENV_NAMES:
-        raise UnknownName(
-            f"unknown env_name {env_name or None!r}; this app serves 'crafter'", code="unknown_env"
-        )
+        raise UnknownName(f"unknown env_name {env_name or None!r}; this app serves 'crafter'", code="unknown_env")
     raw_policy = (request.policy.policy_name or request.policy.policy_id or "").strip().lower()
     policy_name = POLICY_NAMES.get(raw_policy)
     if policy_name is None:

@@ -114,9 +114,7 @@ class StepRewardShaper:
                 if limit > 0 and prior >= limit:
                     break
                 base += weight
-                components.append(
-                    {"achievement": name, "weight": weight, "count_prior": prior, "count_limit": limit}
-                )
+                components.append({"achievement": name, "weight": weight, "count_prior": prior, "count_limit": limit})
                 credited.append(name)
                 self._credited[name] = prior + 1
         return base, components, credited
