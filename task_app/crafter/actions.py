@@ -72,7 +72,7 @@ def _call_parts(call: object) -> tuple[str | None, object]:
     """(tool name, raw arguments) of any accepted tool-call shape."""
     if not isinstance(call, Mapping):
         return None, None
-    function = call.get("function")
+    function = call.get("function", call.get("function_call"))
     if isinstance(function, Mapping):
         return function.get("name"), function.get("arguments")
     name = call.get("tool_name") or call.get("tool") or call.get("name")

@@ -53,9 +53,11 @@ class DecisionOutcome:
 class Game:
     """A Crafter episode: the env plus its end-of-episode flags."""
 
-    def __init__(self, env: GameEnv, image_size: int | None = None) -> None:
+    def __init__(self, env: GameEnv, image_size: int | None = None, decision_limit: int | None = None) -> None:
         self.env = env
         self.image_size = image_size
+        self.decision_limit = decision_limit  # decisions per episode before it is truncated
+        self.decisions = 0
         self.terminated = False
         self.truncated = False
 
@@ -86,6 +88,9 @@ class Game:
             if done:
                 self.terminated = player.health <= 0
                 self.truncated = not self.terminated
+        self.decisions += 1
+        if self.decision_limit is not None and self.decisions >= self.decision_limit and not self.done:
+            self.truncated = True
         unlocked_all = tuple(name for result in results for name in result.unlocked)
         return DecisionOutcome(
             results=tuple(results),

@@ -68,6 +68,7 @@ class RolloutEngine:
         offload: Offload[Any] = run_in_thread,
         history_length: int = 5,
         unusable_limit: int = 3,
+        deadline: float | None = None,
     ) -> None:
         self.plan = plan
         self.policy = policy
@@ -78,7 +79,7 @@ class RolloutEngine:
         self.unusable_limit = unusable_limit
         self.shaper = StepRewardShaper(plan.step_rewards) if plan.step_rewards.active else None
         self.result = RolloutResult(plan=plan, started_at=datetime.now(UTC))
-        self._deadline = 0.0
+        self._deadline = deadline
         self._game: Game | None = None
         self._obs_text = ""
         self._observation: Any = None
@@ -87,7 +88,8 @@ class RolloutEngine:
         self._needs_reset = False
 
     async def run(self) -> RolloutResult:
-        self._deadline = anyio.current_time() + self.plan.max_time_s
+        if self._deadline is None:
+            self._deadline = anyio.current_time() + self.plan.max_time_s
         if self.shaper is not None:
             self.result.decision_samples = []
         try:
@@ -112,7 +114,7 @@ class RolloutEngine:
             raise _Stop(STOP_ABORTED)
         if self.result.ops_executed >= self.plan.max_ops:
             raise _Stop(STOP_MAX_OPS)
-        if anyio.current_time() >= self._deadline:
+        if self._deadline is not None and anyio.current_time() >= self._deadline:
             raise _Stop(STOP_DEADLINE)
 
     async def _guarded(self, op: Callable[[], Awaitable[None]]) -> None:
@@ -128,7 +130,7 @@ class RolloutEngine:
     async def _new_episode(self) -> None:
         plan = self.plan
         env = await self.offload(lambda: self.worlds.world(plan.seed, plan.area, plan.length))
-        game = Game(env, image_size=plan.image_size)
+        game = Game(env, image_size=plan.image_size, decision_limit=plan.max_steps_per_episode)
         observation = await self.offload(game.observe)
         self._game, self._observation, self._obs_text = game, observation, observation.text
         self._pending = None
@@ -173,8 +175,6 @@ class RolloutEngine:
         episode.decisions += 1
         episode.steps += len(outcome.results)
         episode.episode_return += outcome.reward
-        if episode.decisions >= self.plan.max_steps_per_episode and not game.done:
-            game.truncated = True
         record = DecisionRecord(
             index=len(self.result.records),
             episode=episode.index,
