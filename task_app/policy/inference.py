@@ -1,0 +1,417 @@
+"""The chat-completions client a `crafter-react` policy talks through.
+
+    InferenceTarget ── where to send (full URL), which provider, which key (resolve_target)
+    chat_params()   ── the vendor's parameter rules (max_tokens vs max_completion_tokens, sampling)
+    InferenceClient ── one POST with retries, bounded by attempts *and* the rollout's deadline
+
+The target / params / auth helpers are pure functions so the vendor proxy routes can reuse them.
+
+Retry policy (the seed retried for over an hour and never retried connection errors, defect 41):
+connection errors, timeouts, 429 and 5xx are retried with exponential backoff plus jitter, at most
+`max_attempts` times, and never past the deadline: a wait that would end after it is not started,
+and each attempt runs under `anyio.fail_after(remaining time + DEADLINE_GRACE_S)`. Any other 4xx fails at once.
+
+A 200 whose body is not JSON is *not* retried and *not* an error: `ChatResult.body` is None and
+`ChatResult.invalid_reason` says why; the policy turns it into an unusable answer, so the engine's
+"three unusable answers in a row" rule bounds a model server that keeps answering garbage.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import random
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import httpx
+from pydantic import SecretStr
+
+from ..errors import NotConfigured
+from ..settings import Settings
+from .base import PolicyError
+
+logger = logging.getLogger(__name__)
+
+CHAT_PATH = "/chat/completions"
+DEFAULT_PATH = "/v1" + CHAT_PATH
+DEFAULT_MAX_TOKENS = 512  # CONTRACT §2 default
+# Reasoning models spend completion tokens on hidden reasoning; 512 would often end in an empty answer.
+DEFAULT_REASONING_MAX_TOKENS = 4096
+PROVIDER_OPENAI, PROVIDER_GROQ, PROVIDER_CUSTOM = "openai", "groq", "custom"
+_REASONING_MODEL = re.compile(r"^(gpt-5|o\d)")
+# Extra policy.config keys forwarded to any server, and those only self-hosted (vLLM-like) servers know.
+_PASSTHROUGH = ("seed", "stop", "frequency_penalty", "presence_penalty", "reasoning_effort", "logprobs", "top_logprobs")
+_PASSTHROUGH_SELF_HOSTED = ("top_k", "min_p", "repetition_penalty", "chat_template_kwargs")
+_ERROR_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_HTTP_TOO_MANY_REQUESTS = 429
+_HTTP_SERVER_ERROR = 500
+_HTTP_OK_MIN, _HTTP_OK_MAX = 200, 299
+_ERROR_BODY_BYTES = 4096
+# An attempt's own time limit ends this long after the deadline: inside a rollout the engine's cancel
+# scope (same deadline) fires first, so the rollout reports stop_reason "deadline" rather than a policy
+# error; used standalone, a call still ends within this margin of its deadline.
+DEADLINE_GRACE_S = 0.2
+# Failures another attempt cannot fix (the URL or the local setup is wrong).
+_NOT_RETRYABLE = (
+    httpx.UnsupportedProtocol,
+    httpx.LocalProtocolError,
+    httpx.ProxyError,
+    httpx.InvalidURL,
+    httpx.TooManyRedirects,
+)
+
+
+# --- where to send ---------------------------------------------------------------------------------
+
+
+def chat_completions_url(url: str) -> str:
+    """The full chat-completions URL for a base or full URL; the query (e.g. `?cid=trace_x`) is kept.
+
+    `https://h` → `https://h/v1/chat/completions`; `.../v1` → `.../v1/chat/completions`;
+    `.../chat/completions` unchanged; any other path (e.g. this app's `/proxy/groq`) gets
+    `/v1/chat/completions`. Never `/v1/v1` (the seed's defect 47). A path that a caller glued after
+    the query (`https://h?cid=x/v1/chat/completions`) is moved back into the path, as the seed did.
+    """
+    parts = urlsplit(url.strip())
+    path, query = parts.path, parts.query
+    if "/" in query:
+        head, _, tail = query.partition("/")
+        end = re.search(r"[&?]", tail)
+        moved, rest = (tail[: end.start()], tail[end.end() :]) if end else (tail, "")
+        path = path.rstrip("/") + "/" + moved
+        query = "&".join(part for part in (head, rest) if part)
+    path = path.rstrip("/")
+    if path.endswith(CHAT_PATH):
+        pass
+    elif path.endswith("/chat"):
+        path += "/completions"
+    elif re.search(r"/v\d+$", path):
+        path += CHAT_PATH
+    else:
+        path += DEFAULT_PATH
+    return urlunsplit((parts.scheme, parts.netloc, path, query, ""))
+
+
+def _host(url: str) -> str:
+    return (urlsplit(url).hostname or "").lower()
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceTarget:
+    """A resolved destination. `api_key` is a SecretStr, so reprs and logs never show it."""
+
+    url: str
+    provider: str
+    api_key: SecretStr | None = field(default=None, repr=False)
+
+    @property
+    def host(self) -> str:
+        return _host(self.url)
+
+    def headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self.api_key is not None and self.api_key.get_secret_value():
+            headers["Authorization"] = f"Bearer {self.api_key.get_secret_value()}"
+        return headers
+
+
+def provider_of(url: str, settings: Settings) -> str:
+    host = _host(url)
+    if host and host == _host(settings.openai_base_url):
+        return PROVIDER_OPENAI
+    if host and host == _host(settings.groq_base_url):
+        return PROVIDER_GROQ
+    return PROVIDER_CUSTOM
+
+
+def vendor_key(provider: str, settings: Settings) -> SecretStr | None:
+    """The app's own vendor key; the app's ENVIRONMENT_API_KEY is never a candidate."""
+    if provider == PROVIDER_OPENAI:
+        return settings.openai_api_key
+    if provider == PROVIDER_GROQ:
+        return settings.groq_api_key
+    return None
+
+
+def resolve_target(
+    *, inference_url: str | None, provider: str | None, api_key: SecretStr | None, settings: Settings
+) -> InferenceTarget:
+    """Decide URL, provider label and Authorization key for one policy.
+
+    - `inference_url` wins; otherwise `provider` picks settings.openai_base_url / groq_base_url.
+    - Key: the caller's `api_key` if given; else the app's vendor key, but only when the URL's host
+      *is* that vendor's host (a trainer's own server never receives our OpenAI/Groq key).
+    - A provider route without any key is refused up front (503), never silently rerouted (defect 45).
+    """
+    if inference_url:
+        url = chat_completions_url(inference_url)
+        host_provider = provider_of(url, settings)
+        label = host_provider if host_provider != PROVIDER_CUSTOM else (provider or PROVIDER_CUSTOM)
+        key = api_key if api_key is not None else vendor_key(host_provider, settings)
+        return InferenceTarget(url, label, key)
+    if provider not in (PROVIDER_OPENAI, PROVIDER_GROQ):
+        raise NotConfigured("no inference_url and no known provider", code="missing_inference_url")
+    base = settings.openai_base_url if provider == PROVIDER_OPENAI else settings.groq_base_url
+    key = api_key if api_key is not None else vendor_key(provider, settings)
+    if key is None or not key.get_secret_value():
+        name = "OPENAI_API_KEY" if provider == PROVIDER_OPENAI else "GROQ_API_KEY"
+        raise NotConfigured(f"{name} is not configured on this task app", code=f"missing_{provider}_api_key")
+    return InferenceTarget(chat_completions_url(base), provider, key)
+
+
+# --- what to send ----------------------------------------------------------------------------------
+
+
+def is_reasoning_model(model: str) -> bool:
+    """gpt-5* and o-series models: `max_completion_tokens`, no temperature / top_p."""
+    return bool(_REASONING_MODEL.match(model.rsplit("/", 1)[-1].strip().lower()))
+
+
+def chat_params(
+    model: str,
+    *,
+    provider: str,
+    temperature: float | None = None,
+    top_p: float | None = None,
+    max_tokens: int | None = None,
+    max_completion_tokens: int | None = None,
+    extras: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Sampling parameters for `model` as its vendor accepts them (everything except messages/tools)."""
+    params: dict[str, Any] = {"model": model}
+    if is_reasoning_model(model):
+        params["max_completion_tokens"] = max_completion_tokens or max_tokens or DEFAULT_REASONING_MAX_TOKENS
+    else:
+        params["max_tokens"] = max_tokens or max_completion_tokens or DEFAULT_MAX_TOKENS
+        if temperature is not None:
+            params["temperature"] = temperature
+        if top_p is not None:
+            params["top_p"] = top_p
+    allowed = _PASSTHROUGH if provider in (PROVIDER_OPENAI, PROVIDER_GROQ) else _PASSTHROUGH + _PASSTHROUGH_SELF_HOSTED
+    for key in allowed:
+        if extras and extras.get(key) is not None:
+            params[key] = extras[key]
+    return params
+
+
+# --- how to send -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceLimits:
+    """Per-call limits, from Settings (`InferenceLimits.from_settings`)."""
+
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 120.0
+    max_attempts: int = 4
+    backoff_s: float = 0.5
+    backoff_max_s: float = 8.0
+    max_response_bytes: int = 8 * 1024 * 1024
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> InferenceLimits:
+        return cls(
+            connect_timeout_s=settings.inference_connect_timeout_s,
+            read_timeout_s=settings.inference_read_timeout_s,
+            max_attempts=settings.inference_max_attempts,
+            backoff_s=settings.inference_backoff_s,
+            backoff_max_s=settings.inference_backoff_max_s,
+            max_response_bytes=settings.inference_max_response_bytes,
+        )
+
+
+@dataclass(slots=True)
+class ChatResult:
+    """One successful (2xx) exchange. `body` is None when the answer was not a JSON object."""
+
+    body: dict[str, Any] | None
+    status: int
+    attempts: int
+    started_at: datetime
+    finished_at: datetime
+    latency_ms: float
+    invalid_reason: str | None = None
+
+
+class _Retryable(Exception):
+    """An attempt failed in a way another attempt may fix; carries the code to raise if none does."""
+
+    def __init__(self, message: str, code: str, status: int | None = None, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.code, self.status, self.retry_after = code, status, retry_after
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or HTTP-date)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+
+
+def _error_hint(raw: bytes) -> str:
+    """A vendor's error code/type, if it is a short token. Never the message: vendors echo key prefixes."""
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return ""
+    error = data.get("error") if isinstance(data, dict) else None
+    if not isinstance(error, dict):
+        return ""
+    tokens = [str(error[k]) for k in ("code", "type") if isinstance(error.get(k), str) and _ERROR_TOKEN.match(error[k])]
+    return f" ({', '.join(tokens)})" if tokens else ""
+
+
+class InferenceClient:
+    """Sends chat-completions requests through the app's one pooled `httpx.AsyncClient`.
+
+    Stateless apart from its limits, so one instance can serve every rollout. Tests pass an
+    `httpx.AsyncClient(transport=httpx.MockTransport(...))` or point a real client at a loopback server.
+    """
+
+    def __init__(self, http: httpx.AsyncClient, limits: InferenceLimits, *, rng: random.Random | None = None) -> None:
+        self.http = http
+        self.limits = limits
+        self._rng = rng or random.Random()  # jitter only; never process-global state
+
+    async def chat(
+        self, target: InferenceTarget, body: dict[str, Any], *, deadline: float | None, run_id: str | None = None
+    ) -> ChatResult:
+        """POST `body` to `target`; retry what is worth retrying; raise PolicyError when nothing worked.
+
+        `deadline` is absolute, in `anyio.current_time()` units; None means only the attempt limit.
+        """
+        started_at, start = datetime.now(UTC), anyio.current_time()
+        limits = self.limits
+        attempt = 0
+        while True:
+            attempt += 1
+            remaining = self._remaining(deadline)
+            if remaining is not None and remaining <= 0:
+                raise PolicyError(
+                    f"rollout deadline reached before inference attempt {attempt}", code="inference_timeout"
+                )
+            try:
+                status, payload, reason = await self._attempt(target, body, remaining)
+            except _Retryable as failure:
+                wait = self._backoff(attempt, failure.retry_after)
+                left = self._remaining(deadline)
+                if attempt >= limits.max_attempts or (left is not None and wait >= left):
+                    why = "attempts exhausted" if attempt >= limits.max_attempts else "no time left to retry"
+                    raise PolicyError(
+                        f"inference failed after {attempt} attempt(s), {why}: {failure}",
+                        code=failure.code,
+                        status=failure.status,
+                    ) from failure
+                logger.warning(
+                    "inference attempt %d/%d to %s failed (%s); retrying in %.2fs",
+                    attempt, limits.max_attempts, target.host, failure, wait,
+                    extra={"run_id": run_id},
+                )  # fmt: skip
+                await anyio.sleep(wait)
+                continue
+            finished = anyio.current_time()
+            logger.debug(
+                "inference %s model=%s status=%d attempts=%d latency_ms=%.0f",
+                target.host, body.get("model"), status, attempt, (finished - start) * 1000,
+                extra={"run_id": run_id},
+            )  # fmt: skip
+            return ChatResult(
+                payload, status, attempt, started_at, datetime.now(UTC), (finished - start) * 1000, reason
+            )
+
+    @staticmethod
+    def _remaining(deadline: float | None) -> float | None:
+        return None if deadline is None else deadline - anyio.current_time()
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        """Exponential backoff with jitter (50-100 %); a Retry-After is honoured up to backoff_max_s."""
+        base = min(self.limits.backoff_max_s, self.limits.backoff_s * 2.0 ** (attempt - 1))
+        wait = base * (0.5 + 0.5 * self._rng.random())
+        if retry_after is not None:
+            wait = max(wait, min(retry_after, self.limits.backoff_max_s))
+        return wait
+
+    def _timeout(self, remaining: float | None) -> httpx.Timeout:
+        cap = remaining if remaining is not None else float("inf")
+        connect = min(self.limits.connect_timeout_s, cap)
+        return httpx.Timeout(min(self.limits.read_timeout_s, cap), connect=connect, pool=connect)
+
+    async def _attempt(
+        self, target: InferenceTarget, body: dict[str, Any], remaining: float | None
+    ) -> tuple[int, dict[str, Any] | None, str | None]:
+        """One request: (status, parsed body or None, why the body is unusable). Raises _Retryable/PolicyError."""
+        try:
+            with anyio.fail_after(None if remaining is None else remaining + DEADLINE_GRACE_S):
+                async with self.http.stream(
+                    "POST", target.url, json=body, headers=target.headers(), timeout=self._timeout(remaining)
+                ) as response:
+                    status = response.status_code
+                    if not _HTTP_OK_MIN <= status <= _HTTP_OK_MAX:
+                        raw = await self._read_capped(response, _ERROR_BODY_BYTES, truncate=True)
+                        raise self._status_error(status, raw, response.headers.get("retry-after"))
+                    raw = await self._read_capped(response, self.limits.max_response_bytes, truncate=False)
+        except TimeoutError as exc:
+            raise _Retryable("the deadline expired during the request", "inference_timeout") from exc
+        except _NOT_RETRYABLE as exc:
+            raise PolicyError(f"cannot send the inference request: {exc}", code="inference_request_error") from exc
+        except httpx.TimeoutException as exc:
+            raise _Retryable(type(exc).__name__, "inference_timeout") from exc
+        except (httpx.TransportError, httpx.DecodingError) as exc:
+            raise _Retryable(f"{type(exc).__name__}: {exc}", "inference_unavailable") from exc
+        try:
+            parsed = json.loads(raw)
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            return status, None, "invalid_json"
+        if not isinstance(parsed, dict):
+            return status, None, "response_not_an_object"
+        return status, parsed, None
+
+    @staticmethod
+    def _status_error(status: int, raw: bytes, retry_after: str | None) -> Exception:
+        hint = _error_hint(raw)
+        if status == _HTTP_TOO_MANY_REQUESTS:
+            return _Retryable(f"HTTP 429{hint}", "inference_rate_limited", status, _retry_after(retry_after))
+        if status >= _HTTP_SERVER_ERROR:
+            return _Retryable(f"HTTP {status}{hint}", "inference_unavailable", status, _retry_after(retry_after))
+        return PolicyError(f"the model server answered HTTP {status}{hint}", code="inference_http_error", status=status)
+
+    @staticmethod
+    async def _read_capped(response: httpx.Response, limit: int, *, truncate: bool) -> bytes:
+        """Read at most `limit` bytes; beyond it either truncate (error bodies) or refuse (answers)."""
+        declared = response.headers.get("content-length", "")
+        if not truncate and declared.isdigit() and int(declared) > limit:
+            raise PolicyError(
+                f"the model's answer is {declared} bytes, more than the {limit} allowed",
+                code="inference_response_too_large",
+            )
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > limit:
+                if truncate:
+                    chunks.append(chunk[: len(chunk) - (size - limit)])
+                    break
+                raise PolicyError(
+                    f"the model's answer exceeded {limit} bytes; stopped reading",
+                    code="inference_response_too_large",
+                )
+            chunks.append(chunk)
+        return b"".join(chunks)

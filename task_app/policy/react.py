@@ -1,0 +1,350 @@
+"""`crafter-react`: one chat-completions call per decision, answered through the `interact_many` tool.
+
+    observation + history ─► prompts.build_messages ─► InferenceClient.chat (retries, deadline)
+        ─► parse_answer: tool_calls | legacy function_call | text fallback ─► PolicyDecision
+
+Parsing decides only *usability*; the raw calls go to the engine untouched and the game layer's
+`normalise_tool_calls` (CONTRACT §5) turns them into actions. An answer is usable when that
+normalisation yields at least one real action. When the model wrote text instead of calling the tool
+(the seed then failed the whole rollout, defect 44), we look for a JSON object with `actions`, a
+JSON tool call (`{"name": ..., "arguments": ...}`, as Hermes-style templates print it), or action
+names on an `actions:` line, and synthesise an `interact_many` call (`meta["parsed_from"] = "text"`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from ..crafter import ACTIONS, TOOL_NAME, Observation, normalise_tool_calls
+from ..rollout.plan import PolicyConfig, RolloutPlan
+from ..settings import Settings
+from .base import HistoryEntry, LMCall, PolicyDecision
+from .inference import InferenceClient, InferenceTarget, chat_params, resolve_target
+from .prompts import build_messages, tool_choice, tool_schema
+
+logger = logging.getLogger(__name__)
+
+POLICY_NAME = "crafter-react"
+Deadline = float | Callable[[], float | None] | None
+
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
+_FENCED = re.compile(r"```[A-Za-z]*\s*(.*?)```", re.S)
+_TOOL_CALL_TAG = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.S | re.I)
+_ACTION_WORD = re.compile(
+    r"(?<![A-Za-z0-9_])(" + "|".join(name.replace("_", "[ _-]") for name in ACTIONS) + r")(?![A-Za-z0-9_])", re.I
+)
+_ACTION_LABEL = re.compile(r"^[\W_]*(?:final\s+|next\s+)?actions?\s*(\d+)?\s*[:=\-]\s*(.+)$", re.I | re.M)
+_MAX_TEXT_CHARS = 20_000
+_MAX_JSON_STARTS = 64
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+
+
+# --- parsing ---------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ParsedAnswer:
+    """What a chat completion amounts to for one decision."""
+
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    usable: bool = False
+    parsed_from: str | None = None  # "tool_calls" | "function_call" | "text"
+    unusable_reason: str | None = None
+    detail: str | None = None
+    finish_reason: str | None = None
+    message: dict[str, Any] | None = None
+
+
+def _executable(calls: list[dict[str, Any]], max_actions: int) -> bool:
+    return bool(calls) and not normalise_tool_calls(calls, max_actions).fallback_noop
+
+
+def _content_text(message: Mapping[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = [part.get("text") for part in content if isinstance(part, Mapping)]
+        return "\n".join(part for part in parts if isinstance(part, str))
+    return ""
+
+
+def _interact_many(actions: list[Any], max_actions: int) -> dict[str, Any]:
+    return {
+        "id": "text_fallback",
+        "type": "function",
+        "function": {"name": TOOL_NAME, "arguments": {"actions": actions[:max_actions]}},
+    }
+
+
+def _json_values(text: str) -> Iterator[Any]:
+    """Every JSON value worth a look: tagged / fenced blocks, the whole text, each embedded object.
+
+    Bounded: at most `_MAX_JSON_STARTS` embedded starts are tried, and deeply nested junk
+    (RecursionError in the json module) counts as not JSON.
+    """
+    blocks = [*_TOOL_CALL_TAG.findall(text), *_FENCED.findall(text), text]
+    decoder = json.JSONDecoder()
+    for block in blocks:
+        stripped = block.strip()
+        try:
+            yield json.loads(stripped)
+            continue
+        except (ValueError, RecursionError):
+            pass
+        for match in itertools.islice(re.finditer(r"[{\[]", stripped), _MAX_JSON_STARTS):
+            try:
+                value, _ = decoder.raw_decode(stripped, match.start())
+            except (ValueError, RecursionError):
+                continue
+            yield value
+
+
+def _call_from_json(value: Any, max_actions: int) -> dict[str, Any] | None:
+    if isinstance(value, list) and value:
+        return _interact_many(value, max_actions)
+    if not isinstance(value, Mapping):
+        return None
+    if isinstance(value.get("function"), Mapping):
+        return {"id": "text_fallback", "type": "function", "function": dict(value["function"])}
+    if isinstance(value.get("name"), str) and "arguments" in value:
+        function = {"name": value["name"], "arguments": value["arguments"]}
+        return {"id": "text_fallback", "type": "function", "function": function}
+    for key in ("actions", "action"):
+        found = value.get(key)
+        if isinstance(found, str):
+            found = [part for part in re.split(r"[\s,;]+", found) if part]
+        if isinstance(found, int) and not isinstance(found, bool):
+            found = [found]
+        if isinstance(found, list) and found:
+            return _interact_many(found, max_actions)
+    return None
+
+
+def _names(text: str) -> list[str]:
+    return [match.group(1).lower().replace(" ", "_").replace("-", "_") for match in _ACTION_WORD.finditer(text)]
+
+
+def _names_from_prose(text: str) -> list[str]:
+    """Action names from `actions: a, b` lines (all numbered `Action 1:` lines, else the last one),
+    or else from the last line that mentions any action."""
+    labelled = [(number, _names(rest)) for number, rest in _ACTION_LABEL.findall(text)]
+    labelled = [(number, names) for number, names in labelled if names]
+    if labelled:
+        numbered = [name for number, names in labelled if number for name in names]
+        return numbered or labelled[-1][1]
+    for line in reversed(text.splitlines()):
+        names = _names(line)
+        if names:
+            return names
+    return []
+
+
+def calls_from_text(text: str, max_actions: int) -> list[dict[str, Any]]:
+    """Synthesised tool calls from a text answer, or [] when it names no executable action."""
+    # Answers come last: only the tail of a very long text is searched.
+    visible = _THINK.sub("", text).strip()[-_MAX_TEXT_CHARS:]
+    if not visible:
+        return []
+    for value in _json_values(visible):
+        call = _call_from_json(value, max_actions)
+        if call is not None and _executable([call], max_actions):
+            return [call]
+    names = _names_from_prose(visible)
+    return [_interact_many(names, max_actions)] if names else []
+
+
+def _first_rejection(calls: list[dict[str, Any]], max_actions: int) -> str:
+    rejected = normalise_tool_calls(calls, max_actions).rejected
+    return f"{rejected[0].item}: {rejected[0].reason}" if rejected else "no actions"
+
+
+def parse_answer(body: Mapping[str, Any], max_actions: int) -> ParsedAnswer:
+    """Usable tool calls from a chat-completions body, trying tool_calls, function_call, then text."""
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        return ParsedAnswer(unusable_reason="no_choices", detail="the answer has no choices")
+    choice = choices[0]
+    finish = choice.get("finish_reason") if isinstance(choice.get("finish_reason"), str) else None
+    message = choice.get("message")
+    if not isinstance(message, Mapping):
+        return ParsedAnswer(
+            unusable_reason="no_message", detail="the first choice has no message", finish_reason=finish
+        )
+    message = dict(message)
+    raw_calls = message.get("tool_calls")
+    calls: list[dict[str, Any]] = (
+        [dict(call) for call in raw_calls if isinstance(call, Mapping)] if isinstance(raw_calls, list) else []
+    )
+    source = "tool_calls"
+    if not calls and isinstance(message.get("function_call"), Mapping):
+        calls, source = [{"type": "function", "function": dict(message["function_call"])}], "function_call"
+    if _executable(calls, max_actions):
+        return ParsedAnswer(calls, True, source, finish_reason=finish, message=message)
+    text = _content_text(message)
+    synthesised = calls_from_text(text, max_actions)
+    if _executable(synthesised, max_actions):
+        return ParsedAnswer(synthesised, True, "text", finish_reason=finish, message=message)
+    if calls:
+        reason, detail = "invalid_tool_calls", _first_rejection(calls, max_actions)
+    elif text.strip():
+        reason, detail = "no_actions_in_text", "the answer has no tool call and names no action"
+    else:
+        reason, detail = "empty_answer", "the answer has neither a tool call nor text"
+    return ParsedAnswer(unusable_reason=reason, detail=detail, finish_reason=finish, message=message)
+
+
+# --- the policy ------------------------------------------------------------------------------------
+
+
+def _usage(body: Mapping[str, Any] | None) -> dict[str, int]:
+    usage = body.get("usage") if body else None
+    if not isinstance(usage, Mapping):
+        return {}
+    return {key: int(usage[key]) for key in _USAGE_KEYS if isinstance(usage.get(key), int | float)}
+
+
+class _Budget:
+    """A deadline `seconds` after its first use: the first decision is the rollout's start, give or take."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._at: float | None = None
+
+    def __call__(self) -> float:
+        if self._at is None:
+            self._at = anyio.current_time() + self.seconds
+        return self._at
+
+
+class ReactPolicy:
+    """The LLM policy of one rollout. Holds no connection of its own: the inference client is shared."""
+
+    name = POLICY_NAME
+
+    def __init__(
+        self,
+        config: PolicyConfig,
+        client: InferenceClient,
+        *,
+        target: InferenceTarget,
+        run_id: str,
+        deadline: Deadline = None,
+        max_actions: int = 8,
+    ) -> None:
+        self.config = config
+        self.client = client
+        self.target = target
+        self.run_id = run_id
+        self.max_actions = max_actions
+        self._deadline = deadline
+        self.model = config.model or ""
+        self.params = chat_params(
+            self.model,
+            provider=target.provider,
+            temperature=config.temperature,
+            top_p=config.top_p,
+            max_tokens=config.max_tokens,
+            max_completion_tokens=config.max_completion_tokens,
+            extras=config.model_extra,
+        )
+        self.tool = tool_schema(max_actions)
+
+    def deadline(self) -> float | None:
+        return self._deadline() if callable(self._deadline) else self._deadline
+
+    def request_body(self, observation: Observation, history: Sequence[HistoryEntry]) -> dict[str, Any]:
+        messages = build_messages(
+            observation.text,
+            history,
+            image_data_url=observation.image_data_url
+            if (self.config.use_vision or self.config.image_only_mode)
+            else None,
+            use_vision=self.config.use_vision,
+            image_only=self.config.image_only_mode,
+            max_actions=self.max_actions,
+        )
+        return {
+            **self.params,
+            "messages": messages,
+            "tools": [self.tool],
+            "tool_choice": tool_choice(),
+            "parallel_tool_calls": False,
+        }
+
+    async def decide(self, observation: Observation, history: Sequence[HistoryEntry]) -> PolicyDecision:
+        """One model call. Raises PolicyError when the model server cannot be reached or refuses."""
+        body = self.request_body(observation, history)
+        result = await self.client.chat(self.target, body, deadline=self.deadline(), run_id=self.run_id)
+        if result.body is None:
+            reason = result.invalid_reason or "invalid_json"
+            parsed = ParsedAnswer(unusable_reason=reason, detail="the model server's answer is not a JSON object")
+        else:
+            parsed = parse_answer(result.body, self.max_actions)
+        usage = _usage(result.body)
+        meta: dict[str, Any] = {
+            "model": self.model,
+            "provider": self.target.provider,
+            "latency_ms": round(result.latency_ms, 1),
+            "attempts": result.attempts,
+            "usage": usage,
+            "finish_reason": parsed.finish_reason,
+            "parsed_from": parsed.parsed_from,
+        }
+        if not parsed.usable:
+            meta["unusable_reason"] = parsed.unusable_reason
+            meta["unusable_detail"] = parsed.detail
+            logger.warning(
+                "unusable model answer: %s (%s)", parsed.unusable_reason, parsed.detail, extra={"run_id": self.run_id}
+            )
+        lm_call = LMCall(
+            model=self.model,
+            provider=self.target.provider,
+            url=self.target.url,
+            messages=body["messages"],
+            request_params={key: value for key, value in body.items() if key != "messages"},
+            started_at=result.started_at,
+            finished_at=result.finished_at,
+            latency_ms=result.latency_ms,
+            attempts=result.attempts,
+            response=result.body,
+            assistant_message=parsed.message,
+            usage=usage,
+            finish_reason=parsed.finish_reason,
+            error=None if parsed.usable else parsed.unusable_reason,
+        )
+        return PolicyDecision(tool_calls=parsed.tool_calls, meta=meta, usable=parsed.usable, lm_call=lm_call)
+
+    async def aclose(self) -> None:
+        """Nothing to release: the HTTP client belongs to the app."""
+
+
+def build_react_policy(
+    plan: RolloutPlan, *, client: InferenceClient, settings: Settings, deadline: Deadline = None
+) -> ReactPolicy:
+    """The policy for one `crafter-react` rollout.
+
+    Raises `NotConfigured` (503) for a provider route whose vendor key the app lacks. `deadline`
+    should be the rollout's own (absolute, `anyio.current_time()` units, or a getter); without it the
+    policy budgets `plan.max_time_s` from its first decision.
+    """
+    config = plan.policy
+    target = resolve_target(
+        inference_url=config.inference_url, provider=config.provider, api_key=config.api_key, settings=settings
+    )
+    return ReactPolicy(
+        config,
+        client,
+        target=target,
+        run_id=plan.run_id,
+        deadline=deadline if deadline is not None else _Budget(plan.max_time_s),
+        max_actions=plan.max_actions,
+    )

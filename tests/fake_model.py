@@ -1,0 +1,370 @@
+"""A scriptable OpenAI-compatible model server on loopback, for tests that need real HTTP.
+
+    with FakeModel() as model:                       # real uvicorn, 127.0.0.1, OS-assigned port
+        model.script(error(500), tool_call("move_right", "do"))
+        ... POST model.url("/v1/chat/completions") ...
+        model.requests[-1].headers["authorization"]
+
+Each request takes the next scripted behaviour; when the script is empty, `model.default` answers
+(a `noop` tool call unless changed), or `model.responder(record)` if set. Behaviours: `tool_call`,
+`text`, `chat` (any assistant message), `json_body`, `raw` (e.g. malformed JSON), `error` (any
+status, optional Retry-After), `delay(seconds, then)`, `hang()`, `huge(n_bytes)` (streamed) and
+`drop()` (close the connection without answering).
+
+Fixtures for conftest.py: `fake_model_server` (one server per session) and `fake_model` (the same
+server, reset for each test).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+import uvicorn
+from starlette.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
+
+START_TIMEOUT_S = 10.0
+HANG_LIMIT_S = 60.0  # a hung request gives up by itself eventually, so teardown never waits forever
+DEFAULT_USAGE = {"prompt_tokens": 120, "completion_tokens": 12, "total_tokens": 132}
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One request as the fake server received it."""
+
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]  # lower-case names; repeated headers joined with ", "
+    raw: bytes
+
+    @property
+    def body(self) -> Any:
+        try:
+            return json.loads(self.raw)
+        except ValueError:
+            return None
+
+    @property
+    def target(self) -> str:
+        return self.path + (f"?{self.query}" if self.query else "")
+
+
+@dataclass
+class Exchange:
+    """What a behaviour gets to answer one request."""
+
+    record: Recorded
+    scope: Scope
+    receive: Receive
+    send: Send
+    stopping: threading.Event
+    stats: dict[str, int]
+
+
+Behaviour = Callable[[Exchange], Awaitable[None]]
+_ids = itertools.count(1)
+
+
+def completion(message: dict[str, Any], *, finish_reason: str = "stop", model: str = "fake-model",
+               usage: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """A chat.completion body around one assistant message."""
+    return {
+        "id": f"chatcmpl-fake-{next(_ids)}",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [{"index": 0, "message": message, "finish_reason": finish_reason}],
+        "usage": DEFAULT_USAGE if usage is None else usage,
+    }
+
+
+def _model_of(record: Recorded) -> str:
+    body = record.body
+    return str(body.get("model", "fake-model")) if isinstance(body, dict) else "fake-model"
+
+
+def chat(message: dict[str, Any], *, finish_reason: str = "stop", usage: dict[str, Any] | None = None) -> Behaviour:
+    async def respond(ex: Exchange) -> None:
+        body = completion(message, finish_reason=finish_reason, model=_model_of(ex.record), usage=usage)
+        await JSONResponse(body)(ex.scope, ex.receive, ex.send)
+
+    return respond
+
+
+def tool_call(*actions: Any, name: str = "interact_many", arguments: Any = None, as_string: bool = True,
+              content: str | None = None) -> Behaviour:  # fmt: skip
+    """An assistant message with one tool call; `arguments` overrides the default `{"actions": [...]}`."""
+    args = {"actions": list(actions)} if arguments is None else arguments
+    call = {
+        "id": f"call_{next(_ids)}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args) if as_string else args},
+    }
+    return chat({"role": "assistant", "content": content, "tool_calls": [call]}, finish_reason="tool_calls")
+
+
+def text(content: str, *, finish_reason: str = "stop") -> Behaviour:
+    return chat({"role": "assistant", "content": content}, finish_reason=finish_reason)
+
+
+def json_body(body: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> Behaviour:
+    async def respond(ex: Exchange) -> None:
+        await JSONResponse(body, status_code=status, headers=headers)(ex.scope, ex.receive, ex.send)
+
+    return respond
+
+
+def raw(content: bytes | str, *, status: int = 200, content_type: str = "application/json",
+        headers: dict[str, str] | None = None) -> Behaviour:  # fmt: skip
+    async def respond(ex: Exchange) -> None:
+        response = Response(content, status_code=status, media_type=content_type, headers=headers)
+        await response(ex.scope, ex.receive, ex.send)
+
+    return respond
+
+
+def error(status: int, *, retry_after: str | float | None = None, body: Any = None) -> Behaviour:
+    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+    payload = body if body is not None else {"error": {"message": f"fake error {status}", "type": "fake_error"}}
+    return json_body(payload, status=status, headers=headers)
+
+
+def delay(seconds: float, then: Behaviour | None = None) -> Behaviour:
+    async def respond(ex: Exchange) -> None:
+        await anyio.sleep(seconds)
+        await (then or tool_call("noop"))(ex)
+
+    return respond
+
+
+def hang() -> Behaviour:
+    """Never answer: wait until the client goes away (or the server stops)."""
+
+    async def respond(ex: Exchange) -> None:
+        with anyio.move_on_after(HANG_LIMIT_S):
+            while not ex.stopping.is_set():
+                with anyio.move_on_after(0.05):
+                    if (await ex.receive())["type"] == "http.disconnect":
+                        return
+        await error(503)(ex)  # the server is stopping (or the hang limit passed): answer something
+
+    return respond
+
+
+def huge(total_bytes: int, *, declare_length: bool = False, chunk_size: int = 64 * 1024) -> Behaviour:
+    """A valid-looking JSON answer of `total_bytes`, streamed in chunks (Content-Length optional).
+
+    Streaming stops as soon as the client disconnects, so a client that gives up early is visible
+    (`model.stats["huge_bytes_sent"]`) and the server does not write into a closed socket.
+    """
+    head, tail = b'{"choices": [{"message": {"role": "assistant", "content": "', b'"}}]}'
+    filler = max(0, total_bytes - len(head) - len(tail))
+
+    async def respond(ex: Exchange) -> None:
+        headers = [(b"content-type", b"application/json")]
+        if declare_length:
+            headers.append((b"content-length", str(len(head) + filler + len(tail)).encode()))
+        gone = anyio.Event()
+
+        async def watch() -> None:
+            while (await ex.receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        def pieces() -> Iterator[bytes]:
+            yield head
+            left = filler
+            while left > 0:
+                size = min(chunk_size, left)
+                left -= size
+                yield b"x" * size
+            yield tail
+
+        sent = 0
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(watch)
+            await ex.send({"type": "http.response.start", "status": 200, "headers": headers})
+            for piece in pieces():
+                if gone.is_set() or ex.stopping.is_set():
+                    break
+                await ex.send({"type": "http.response.body", "body": piece, "more_body": True})
+                sent += len(piece)
+                await anyio.lowlevel.checkpoint()  # let `watch` notice a disconnect
+            else:
+                await ex.send({"type": "http.response.body", "body": b"", "more_body": False})
+            ex.stats["huge_bytes_sent"] = sent
+            tasks.cancel_scope.cancel()
+
+    return respond
+
+
+def drop() -> Behaviour:
+    """Close the TCP connection without sending any response."""
+
+    async def respond(ex: Exchange) -> None:
+        transport = getattr(getattr(ex.send, "__self__", None), "transport", None)
+        if transport is None:  # pragma: no cover - uvicorn's h11 cycle always has one
+            raise RuntimeError("cannot reach the connection's transport to drop it")
+        transport.close()
+
+    return respond
+
+
+class FakeModel:
+    """The fake model server. Thread-safe: the test thread scripts, the server thread answers."""
+
+    def __init__(self) -> None:
+        self.default: Behaviour = tool_call("noop")
+        self.responder: Callable[[Recorded], Behaviour] | None = None
+        self._script: deque[Behaviour] = deque()
+        self._records: list[Recorded] = []
+        self.stats: dict[str, int] = {}  # e.g. huge_bytes_sent: what the last `huge` answer managed to send
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    # --- scripting -------------------------------------------------------------------------------
+
+    def script(self, *behaviours: Behaviour) -> FakeModel:
+        with self._lock:
+            self._script.extend(behaviours)
+        return self
+
+    def reset(self) -> None:
+        with self._lock:
+            self._script.clear()
+            self._records.clear()
+            self.stats.clear()
+        self.default = tool_call("noop")
+        self.responder = None
+
+    @property
+    def requests(self) -> list[Recorded]:
+        with self._lock:
+            return list(self._records)
+
+    @property
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._script)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def url(self, path: str = "/v1/chat/completions") -> str:
+        return self.base_url + path
+
+    def _next(self, record: Recorded) -> Behaviour:
+        with self._lock:
+            self._records.append(record)
+            if self._script:
+                return self._script.popleft()
+        return self.responder(record) if self.responder is not None else self.default
+
+    # --- ASGI ------------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        chunks = []
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        headers: dict[str, str] = {}
+        for name, value in scope["headers"]:
+            key = name.decode("latin-1").lower()
+            headers[key] = f"{headers[key]}, {value.decode('latin-1')}" if key in headers else value.decode("latin-1")
+        record = Recorded(
+            method=scope["method"],
+            path=scope["path"],
+            query=scope.get("query_string", b"").decode("latin-1"),
+            headers=headers,
+            raw=b"".join(chunks),
+        )
+        await self._next(record)(Exchange(record, scope, receive, send, self._stopping, self.stats))
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> FakeModel:
+        config = uvicorn.Config(
+            self, http="h11", lifespan="off", log_config=None, log_level="warning", access_log=False,
+            interface="asgi3", timeout_graceful_shutdown=2,
+        )  # fmt: skip
+        server = _ThreadServer(config)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        self._stopping.clear()
+        self._server = server
+        self._thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name="fake-model")
+        self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the fake model server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=START_TIMEOUT_S)
+            if self._thread.is_alive() and self._server is not None:
+                self._server.force_exit = True
+                self._thread.join(timeout=START_TIMEOUT_S)
+        self._server, self._thread = None, None
+
+    def __enter__(self) -> FakeModel:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+class _ThreadServer(uvicorn.Server):
+    """uvicorn in a background thread: signal handling stays with the main thread (pytest's)."""
+
+    def install_signal_handlers(self) -> None:  # uvicorn < 0.29
+        return None
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:  # uvicorn >= 0.29
+        yield
+
+
+@pytest.fixture(scope="session")
+def fake_model_server() -> Iterator[FakeModel]:
+    """One fake model server for the whole session."""
+    with FakeModel() as server:
+        yield server
+
+
+@pytest.fixture
+def fake_model(fake_model_server: FakeModel) -> Iterator[FakeModel]:
+    """The session's fake model server with an empty script and no recorded requests."""
+    fake_model_server.reset()
+    yield fake_model_server
+    fake_model_server.reset()
