@@ -1,0 +1,263 @@
+"""A v3 SessionTrace dict as rows of the seed's tables, and those rows back as a SessionTrace dict.
+
+    trace dict ──session_rows()──► SessionRows ──(store: one transaction)──► SQLite
+    SQLite ──(store: queries)──► rows ──session_from_rows()──► trace dict (+ outcome, event rewards)
+
+Column conventions follow the seed's manager: JSON columns hold compact JSON, datetimes are ISO 8601
+strings, `events.cost_usd` is in cents, a message's `content` is its JSON payload (or its text when it
+has none). `event_rewards` rows hang off the step's environment event; the outcome row's
+`reward_metadata` holds the trace's `session_metadata`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from .calls import dumps, iso
+
+CAIS, ENVIRONMENT = "cais", "environment"
+
+INSERT_SESSION = (
+    "INSERT INTO session_traces (session_id, created_at, num_timesteps, num_events, num_messages, metadata) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+INSERT_TIMESTEP = (
+    "INSERT INTO session_timesteps (session_id, step_id, step_index, turn_number, started_at, completed_at, "
+    "num_events, num_messages, step_metadata) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_TIMESTEP_ID = "(SELECT id FROM session_timesteps WHERE session_id = ? AND step_id = ?)"
+INSERT_EVENT = (
+    "INSERT INTO events (session_id, timestep_id, event_type, system_instance_id, event_time, message_time, "
+    "created_at, model_name, provider, input_tokens, output_tokens, total_tokens, cost_usd, latency_ms, span_id, "
+    "trace_id, call_records, reward, terminated, truncated, system_state_before, system_state_after, metadata, "
+    f"event_metadata) VALUES (?, {_TIMESTEP_ID}, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_MESSAGE = (
+    "INSERT INTO messages (session_id, timestep_id, message_type, content, timestamp, event_time, message_time, "
+    f"metadata) VALUES (?, {_TIMESTEP_ID}, ?, ?, ?, ?, ?, ?)"
+)
+INSERT_OUTCOME = (
+    "INSERT INTO outcome_rewards (session_id, total_reward, achievements_count, total_steps, created_at, "
+    "reward_metadata) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_ENV_EVENT_ID = (
+    "(SELECT e.id FROM events e JOIN session_timesteps t ON e.timestep_id = t.id "
+    f"WHERE t.session_id = ? AND t.step_id = ? AND e.event_type = '{ENVIRONMENT}' ORDER BY e.id LIMIT 1)"
+)
+INSERT_EVENT_REWARD = (
+    'INSERT INTO event_rewards (event_id, session_id, message_id, turn_number, reward_value, reward_type, "key", '
+    f"annotation, source, created_at) VALUES ({_ENV_EVENT_ID}, ?, NULL, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+Row = tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class SessionRows:
+    """Everything one rollout writes, ready for `executemany`."""
+
+    session_id: str
+    session: Row
+    timesteps: list[Row] = field(default_factory=list)
+    events: list[Row] = field(default_factory=list)
+    messages: list[Row] = field(default_factory=list)
+    event_rewards: list[Row] = field(default_factory=list)
+    outcome: Row | None = None
+
+    @property
+    def row_count(self) -> int:
+        rows = (self.timesteps, self.events, self.messages, self.event_rewards)
+        return 1 + sum(len(group) for group in rows) + (self.outcome is not None)
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else dumps(value)
+
+
+def _when(epoch: float | None) -> str | None:
+    return iso(datetime.fromtimestamp(epoch, UTC)) if isinstance(epoch, int | float) else None
+
+
+def _cents(cost: Any) -> int | None:
+    return round(cost * 100) if isinstance(cost, int | float) else None
+
+
+def _event_row(session_id: str, step: str, event: Mapping[str, Any]) -> Row:
+    time_record = event.get("time_record") or {}
+    event_time = time_record.get("event_time")
+    is_lm = "call_records" in event
+    return (
+        session_id, session_id, step,
+        CAIS if is_lm else ENVIRONMENT,
+        event.get("system_instance_id"), event_time, time_record.get("message_time"), _when(event_time),
+        event.get("model_name"), event.get("provider"),
+        event.get("input_tokens"), event.get("output_tokens"), event.get("total_tokens"),
+        _cents(event.get("cost_usd")), event.get("latency_ms"), event.get("span_id"), event.get("trace_id"),
+        _json(event.get("call_records")) if is_lm else None,
+        None if is_lm else event.get("reward"),
+        None if is_lm else event.get("terminated"),
+        None if is_lm else event.get("truncated"),
+        _json(event.get("system_state_before")), _json(event.get("system_state_after")),
+        _json(event.get("metadata")), _json(event.get("event_metadata")),
+    )  # fmt: skip
+
+
+def _message_row(session_id: str, step: str, message: Mapping[str, Any]) -> Row:
+    content = message.get("content") or {}
+    time_record = message.get("time_record") or {}
+    event_time = time_record.get("event_time")
+    body = content.get("json_payload") or content.get("text") or ""
+    return (
+        session_id, session_id, step, message.get("message_type"), body, _when(event_time), event_time,
+        time_record.get("message_time"), _json(message.get("metadata")),
+    )  # fmt: skip
+
+
+def session_rows(trace: Mapping[str, Any]) -> SessionRows:
+    """A full/structured SessionTrace dict as table rows (the caller writes them in one transaction)."""
+    session_id = str(trace["session_id"])
+    steps: Sequence[Mapping[str, Any]] = trace.get("session_time_steps") or []
+    metadata = dict(trace.get("metadata") or {})
+    rows = SessionRows(
+        session_id=session_id,
+        session=(
+            session_id, trace["created_at"], len(steps), len(trace.get("event_history") or []),
+            len(trace.get("markov_blanket_message_history") or []), _json(metadata),
+        ),
+    )  # fmt: skip
+    for step in steps:
+        sid = str(step["step_id"])
+        events, messages = step.get("events") or [], step.get("markov_blanket_messages") or []
+        step_metadata = dict(step.get("step_metadata") or {})
+        rows.timesteps.append(
+            (session_id, sid, step["step_index"], step.get("turn_number"), step.get("timestamp"),
+             step.get("completed_at"), len(events), len(messages), _json(step_metadata))
+        )  # fmt: skip
+        rows.events.extend(_event_row(session_id, sid, event) for event in events)
+        rows.messages.extend(_message_row(session_id, sid, message) for message in messages)
+        for reward in step_metadata.get("event_rewards") or []:
+            rows.event_rewards.append(
+                (session_id, sid, session_id, reward.get("turn_number"), reward["reward_value"],
+                 reward.get("reward_type"), reward.get("key"), _json(reward.get("annotation")),
+                 reward.get("source"), reward.get("created_at") or step.get("completed_at"))
+            )  # fmt: skip
+    outcome = metadata.get("outcome_reward")
+    if isinstance(outcome, Mapping):
+        rows.outcome = (
+            session_id, float(outcome.get("total_reward") or 0.0), int(outcome.get("achievements_count") or 0),
+            int(outcome.get("total_steps") or len(steps)), trace.get("created_at"),
+            _json(trace.get("session_metadata")),
+        )  # fmt: skip
+    return rows
+
+
+# --- rows back to a trace --------------------------------------------------------------------------
+
+
+def load_json(value: Any) -> Any:
+    """A JSON column's value (text that is not JSON comes back as it is)."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def event_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "system_instance_id": row["system_instance_id"],
+        "time_record": {"event_time": row["event_time"], "message_time": row["message_time"]},
+        "metadata": load_json(row["metadata"]) or {},
+        "event_metadata": load_json(row["event_metadata"]),
+    }
+    if row["event_type"] == CAIS:
+        cost = row["cost_usd"]
+        event.update(
+            model_name=row["model_name"], provider=row["provider"], input_tokens=row["input_tokens"],
+            output_tokens=row["output_tokens"], total_tokens=row["total_tokens"],
+            cost_usd=cost / 100 if cost is not None else None, latency_ms=row["latency_ms"],
+            span_id=row["span_id"], trace_id=row["trace_id"],
+        )  # fmt: skip
+    else:
+        event.update(
+            reward=row["reward"],
+            terminated=None if row["terminated"] is None else bool(row["terminated"]),
+            truncated=None if row["truncated"] is None else bool(row["truncated"]),
+        )
+    event["system_state_before"] = load_json(row["system_state_before"])
+    event["system_state_after"] = load_json(row["system_state_after"])
+    if row["event_type"] == CAIS:
+        event["call_records"] = load_json(row["call_records"]) or []
+    return event
+
+
+def message_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    body = row["content"]
+    payload = load_json(body)
+    if isinstance(payload, dict):
+        text = payload.get("text")
+        content = {"text": text if isinstance(text, str) else None, "json_payload": body}
+    else:
+        content = {"text": body, "json_payload": None}
+    return {
+        "content": content,
+        "message_type": row["message_type"],
+        "time_record": {"event_time": row["event_time"], "message_time": row["message_time"]},
+        "metadata": load_json(row["metadata"]) or {},
+    }
+
+
+def session_from_rows(
+    session: Mapping[str, Any],
+    timesteps: Sequence[Mapping[str, Any]],
+    events: Sequence[Mapping[str, Any]],
+    messages: Sequence[Mapping[str, Any]],
+    outcome: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The stored session as a SessionTrace dict, plus `outcome_reward` (or None) for convenience."""
+    steps: dict[int, dict[str, Any]] = {}
+    for row in timesteps:
+        steps[row["id"]] = {
+            "step_id": row["step_id"],
+            "step_index": row["step_index"],
+            "timestamp": row["started_at"],
+            "turn_number": row["turn_number"],
+            "events": [],
+            "markov_blanket_messages": [],
+            "step_metadata": load_json(row["step_metadata"]) or {},
+            "completed_at": row["completed_at"],
+        }
+    event_history = []
+    for row in events:
+        event = event_from_row(row)
+        event_history.append(event)
+        if row["timestep_id"] in steps:
+            steps[row["timestep_id"]]["events"].append(event)
+    message_history = []
+    for row in messages:
+        message = message_from_row(row)
+        message_history.append(message)
+        if row["timestep_id"] in steps:
+            steps[row["timestep_id"]]["markov_blanket_messages"].append(message)
+    outcome_reward = None
+    if outcome is not None:
+        outcome_reward = {
+            "total_reward": outcome["total_reward"],
+            "achievements_count": outcome["achievements_count"],
+            "total_steps": outcome["total_steps"],
+        }
+    return {
+        "session_id": session["session_id"],
+        "created_at": session["created_at"],
+        "session_time_steps": list(steps.values()),
+        "event_history": event_history,
+        "markov_blanket_message_history": message_history,
+        "metadata": load_json(session["metadata"]) or {},
+        "session_metadata": load_json(outcome["reward_metadata"]) if outcome is not None else None,
+        "outcome_reward": outcome_reward,
+    }

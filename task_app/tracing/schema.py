@@ -1,0 +1,228 @@
+"""The SQLite schema: the seed's tracing_v3 tables and column names (seed-behaviour §6.5), versioned.
+
+Existing trace tooling reads our files, so table and column names are the seed's. Differences, all
+additive or type-only: no `embedding VECTOR` columns (libSQL-only), no analytics views, and
+`outcome_rewards.total_reward` is REAL (the seed truncated it to an integer).
+
+Versioning: `PRAGMA user_version` holds the number of migrations applied. `MIGRATIONS[i]` takes the file
+from version i to i + 1; each runs in its own transaction together with the version bump, so a crash
+mid-migration leaves the previous version. Statements use `IF NOT EXISTS`, so a database the seed
+system created (version 0, same tables) migrates cleanly. Migrations are append-only: never edit one
+that has shipped, add the next.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import aiosqlite
+
+logger = logging.getLogger(__name__)
+
+_V1_TABLES = (
+    """CREATE TABLE IF NOT EXISTS experiments (
+        experiment_id VARCHAR PRIMARY KEY,
+        name VARCHAR NOT NULL,
+        description TEXT,
+        created_at DATETIME DEFAULT CURRENT_TIMESTAMP,
+        updated_at DATETIME DEFAULT CURRENT_TIMESTAMP,
+        configuration TEXT,
+        metadata TEXT
+    )""",
+    """CREATE TABLE IF NOT EXISTS systems (
+        system_id VARCHAR PRIMARY KEY,
+        name VARCHAR NOT NULL,
+        system_type VARCHAR,
+        description TEXT,
+        created_at DATETIME DEFAULT CURRENT_TIMESTAMP,
+        metadata TEXT
+    )""",
+    """CREATE TABLE IF NOT EXISTS system_versions (
+        version_id VARCHAR PRIMARY KEY,
+        system_id VARCHAR NOT NULL REFERENCES systems(system_id),
+        version_number VARCHAR NOT NULL,
+        commit_hash VARCHAR,
+        created_at DATETIME DEFAULT CURRENT_TIMESTAMP,
+        configuration TEXT,
+        metadata TEXT,
+        UNIQUE(system_id, version_number)
+    )""",
+    """CREATE TABLE IF NOT EXISTS experimental_systems (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        experiment_id VARCHAR NOT NULL REFERENCES experiments(experiment_id),
+        system_id VARCHAR NOT NULL REFERENCES systems(system_id),
+        version_id VARCHAR NOT NULL REFERENCES system_versions(version_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS session_traces (
+        session_id VARCHAR PRIMARY KEY,
+        created_at DATETIME NOT NULL,
+        num_timesteps INTEGER NOT NULL,
+        num_events INTEGER NOT NULL,
+        num_messages INTEGER NOT NULL,
+        metadata TEXT,
+        experiment_id VARCHAR REFERENCES experiments(experiment_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS session_timesteps (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id VARCHAR NOT NULL REFERENCES session_traces(session_id),
+        step_id VARCHAR NOT NULL,
+        step_index INTEGER NOT NULL,
+        turn_number INTEGER,
+        started_at DATETIME,
+        completed_at DATETIME,
+        num_events INTEGER,
+        num_messages INTEGER,
+        step_metadata TEXT,
+        UNIQUE(session_id, step_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id VARCHAR NOT NULL REFERENCES session_traces(session_id),
+        timestep_id INTEGER REFERENCES session_timesteps(id),
+        event_type VARCHAR NOT NULL CHECK (event_type IN ('cais', 'environment', 'runtime')),
+        system_instance_id VARCHAR,
+        event_time FLOAT,
+        message_time INTEGER,
+        created_at DATETIME,
+        model_name VARCHAR,
+        provider VARCHAR,
+        input_tokens INTEGER,
+        output_tokens INTEGER,
+        total_tokens INTEGER,
+        cost_usd INTEGER,
+        latency_ms INTEGER,
+        span_id VARCHAR,
+        trace_id VARCHAR,
+        call_records TEXT,
+        reward FLOAT,
+        terminated BOOLEAN,
+        truncated BOOLEAN,
+        system_state_before TEXT,
+        system_state_after TEXT,
+        metadata TEXT,
+        event_metadata TEXT
+    )""",
+    """CREATE TABLE IF NOT EXISTS messages (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id VARCHAR NOT NULL REFERENCES session_traces(session_id),
+        timestep_id INTEGER REFERENCES session_timesteps(id),
+        message_type VARCHAR NOT NULL
+            CHECK (message_type IN ('user', 'assistant', 'system', 'tool_use', 'tool_result')),
+        content TEXT NOT NULL,
+        timestamp DATETIME,
+        event_time FLOAT,
+        message_time INTEGER,
+        metadata TEXT
+    )""",
+    """CREATE TABLE IF NOT EXISTS outcome_rewards (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_id VARCHAR NOT NULL REFERENCES session_traces(session_id),
+        total_reward REAL NOT NULL,
+        achievements_count INTEGER NOT NULL,
+        total_steps INTEGER NOT NULL,
+        created_at DATETIME NOT NULL,
+        reward_metadata TEXT
+    )""",
+    """CREATE TABLE IF NOT EXISTS event_rewards (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        event_id INTEGER NOT NULL REFERENCES events(id),
+        session_id VARCHAR NOT NULL REFERENCES session_traces(session_id),
+        message_id INTEGER REFERENCES messages(id),
+        turn_number INTEGER,
+        reward_value FLOAT NOT NULL,
+        reward_type VARCHAR,
+        "key" VARCHAR,
+        annotation TEXT,
+        source VARCHAR,
+        created_at DATETIME NOT NULL
+    )""",
+)
+
+_V1_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS idx_session_created ON session_traces (created_at)",
+    "CREATE INDEX IF NOT EXISTS idx_session_experiment ON session_traces (experiment_id)",
+    "CREATE INDEX IF NOT EXISTS idx_timestep_session_step ON session_timesteps (session_id, step_id)",
+    "CREATE INDEX IF NOT EXISTS idx_timestep_turn ON session_timesteps (turn_number)",
+    "CREATE INDEX IF NOT EXISTS idx_event_session_step ON events (session_id, timestep_id)",
+    "CREATE INDEX IF NOT EXISTS idx_event_type ON events (event_type)",
+    "CREATE INDEX IF NOT EXISTS idx_event_created ON events (created_at)",
+    "CREATE INDEX IF NOT EXISTS idx_event_model ON events (model_name)",
+    "CREATE INDEX IF NOT EXISTS idx_event_trace ON events (trace_id)",
+    "CREATE INDEX IF NOT EXISTS idx_message_session_step ON messages (session_id, timestep_id)",
+    "CREATE INDEX IF NOT EXISTS idx_message_type ON messages (message_type)",
+    "CREATE INDEX IF NOT EXISTS idx_message_timestamp ON messages (timestamp)",
+    "CREATE INDEX IF NOT EXISTS idx_experiment_created ON experiments (created_at)",
+    "CREATE INDEX IF NOT EXISTS idx_experiment_name ON experiments (name)",
+    "CREATE INDEX IF NOT EXISTS idx_system_name ON systems (name)",
+    "CREATE INDEX IF NOT EXISTS idx_system_type ON systems (system_type)",
+    "CREATE INDEX IF NOT EXISTS idx_version_system ON system_versions (system_id)",
+    "CREATE INDEX IF NOT EXISTS idx_experimental_system ON experimental_systems (experiment_id, system_id)",
+    "CREATE INDEX IF NOT EXISTS idx_outcome_rewards_session ON outcome_rewards (session_id)",
+    "CREATE INDEX IF NOT EXISTS idx_outcome_rewards_total ON outcome_rewards (total_reward)",
+    "CREATE INDEX IF NOT EXISTS idx_event_rewards_session ON event_rewards (session_id)",
+    "CREATE INDEX IF NOT EXISTS idx_event_rewards_event ON event_rewards (event_id)",
+    "CREATE INDEX IF NOT EXISTS idx_event_rewards_type ON event_rewards (reward_type)",
+    'CREATE INDEX IF NOT EXISTS idx_event_rewards_key ON event_rewards ("key")',
+)
+
+Migration = tuple[str, ...]
+MIGRATIONS: tuple[Migration, ...] = (
+    _V1_TABLES + _V1_INDEXES,  # 0 -> 1: the seed's tables, indexes
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+# Child tables first, so a session can be deleted with foreign keys enforced.
+SESSION_TABLES = ("event_rewards", "messages", "events", "session_timesteps", "outcome_rewards", "session_traces")
+
+
+@asynccontextmanager
+async def transaction(conn: aiosqlite.Connection) -> AsyncIterator[None]:
+    """`BEGIN IMMEDIATE` … `COMMIT`, rolled back on any error (the connection is in autocommit mode).
+
+    IMMEDIATE takes the write lock up front, so a busy file fails (after `busy_timeout`) at BEGIN
+    rather than half-way through the inserts.
+    """
+    await conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        await conn.execute("COMMIT")
+    except BaseException:
+        await _rollback(conn)
+        raise
+
+
+async def _rollback(conn: aiosqlite.Connection) -> None:
+    if not conn.in_transaction:  # SQLite may already have rolled back (e.g. on SQLITE_FULL)
+        return
+    try:
+        await conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        logger.warning("trace database rollback failed", exc_info=True)
+
+
+async def user_version(conn: aiosqlite.Connection) -> int:
+    async with conn.execute("PRAGMA user_version") as cursor:
+        row = await cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def migrate(conn: aiosqlite.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> int:
+    """Apply the migrations the file lacks, in order; return the resulting version.
+
+    The connection must be in autocommit mode (`isolation_level=None`). A file from a newer release
+    (version above ours) is left alone: migrations are additive, so our statements still work.
+    """
+    version = await user_version(conn)
+    if version > len(migrations):
+        logger.warning("trace database has schema version %d, newer than ours (%d)", version, len(migrations))
+        return version
+    for target in range(version + 1, len(migrations) + 1):
+        async with transaction(conn):
+            for statement in migrations[target - 1]:
+                await conn.execute(statement)
+            await conn.execute(f"PRAGMA user_version = {target:d}")
+        logger.info("trace database migrated to schema version %d", target)
+    return max(version, len(migrations))

@@ -1,0 +1,354 @@
+"""The durable trace store: one SQLite file, one connection, one writer task.
+
+    rollout ──write(result)──► build rows (worker thread) ──► bounded queue ──► writer task
+        ▲                                                                       │ one transaction
+        └──────────── {"stored": true} once COMMIT returned ◄───────────────────┘ per rollout
+
+- `write` returns only after the rollout's transaction committed, so the HTTP layer can answer after it:
+  a process killed after answering has lost nothing (WAL + `synchronous=NORMAL` survives a process
+  crash; only an OS crash or power loss can drop the last commits).
+- A run_id written again REPLACES its session: the transaction deletes every row of that session_id,
+  then inserts the new ones. A replayed run never duplicates rows, and a re-run with a different trace
+  never merges with the old one (seed defect 39).
+- Storage trouble (unwritable path, not a database, disk full, locked) never raises into the rollout:
+  `write` logs a WARNING with the run_id, counts the failure, and returns `{"stored": false, "error"}`
+  for the response metadata; `health()` says "degraded" until a write succeeds again.
+- Reads (`list_sessions`, `get_session`) share the connection but never run inside a write
+  transaction. `TraceStore(path, readonly=True)` opens an existing file for the CLI without migrating.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import aiosqlite
+
+from .calls import iso
+from .rows import (
+    INSERT_EVENT,
+    INSERT_EVENT_REWARD,
+    INSERT_MESSAGE,
+    INSERT_OUTCOME,
+    INSERT_SESSION,
+    INSERT_TIMESTEP,
+    SessionRows,
+    load_json,
+    session_from_rows,
+    session_rows,
+)
+from .schema import MIGRATIONS, SESSION_TABLES, Migration, migrate, transaction
+from .trace import STRUCTURED, build_session_trace
+
+if TYPE_CHECKING:
+    from ..rollout.result import RolloutResult
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_WRITE_TIMEOUT_S = 60.0
+DEFAULT_BUSY_TIMEOUT_MS = 5000
+DEFAULT_LIST_LIMIT = 100
+_STORAGE_ERRORS = (sqlite3.Error, OSError)
+
+
+@dataclass(slots=True)
+class _Job:
+    rows: SessionRows
+    done: asyncio.Future[dict[str, Any]]  # always a status, never an exception
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class TraceStore:
+    """Durable SQLite trace storage for one process. Create in the lifespan; `start()`, then `close()`."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        queue_size: int = 1024,
+        *,
+        readonly: bool = False,
+        write_timeout_s: float = DEFAULT_WRITE_TIMEOUT_S,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        migrations: tuple[Migration, ...] = MIGRATIONS,
+    ) -> None:
+        self.path = Path(path)
+        self.readonly = readonly
+        self.write_timeout_s = write_timeout_s
+        self.busy_timeout_ms = busy_timeout_ms
+        self.migrations = migrations
+        self.schema_version: int | None = None
+        self.journal_mode: str | None = None
+        self._queue_size = queue_size
+        self._queue: asyncio.Queue[_Job | None] | None = None
+        self._conn: aiosqlite.Connection | None = None
+        self._writer: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()  # one statement sequence at a time on the shared connection
+        self._closing = False
+        self._written = 0
+        self._failures = 0
+        self._last_error: str | None = None
+        self._degraded = False
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._conn is not None and not self._closing
+
+    async def start(self) -> None:
+        """Open the file, apply pragmas and migrations, start the writer. Never raises on storage errors."""
+        if self._conn is not None:
+            return
+        try:
+            self._conn = await self._open()
+        except _STORAGE_ERRORS as exc:
+            self._count_failure(f"cannot open trace database {self.path}: {_error_text(exc)}")
+            logger.warning("trace store unavailable, rollouts will not be stored: %s", self._last_error)
+            return
+        if not self.readonly:
+            self._queue = asyncio.Queue(maxsize=self._queue_size)
+            self._writer = asyncio.create_task(self._write_loop(), name="trace-store-writer")
+        logger.info(
+            "trace store open: %s (schema %s, journal %s%s)",
+            self.path,
+            self.schema_version,
+            self.journal_mode,
+            ", read-only" if self.readonly else "",
+        )
+
+    async def _open(self) -> aiosqlite.Connection:
+        if self.readonly:
+            conn = await aiosqlite.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
+        else:
+            await asyncio.to_thread(self.path.parent.mkdir, parents=True, exist_ok=True)
+            conn = await aiosqlite.connect(self.path, isolation_level=None)
+        conn.row_factory = aiosqlite.Row
+        try:
+            await conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms):d}")
+            await conn.execute("PRAGMA foreign_keys = ON")
+            if self.readonly:
+                self.schema_version = await _scalar(conn, "PRAGMA user_version")
+                self.journal_mode = await _scalar(conn, "PRAGMA journal_mode")
+                return conn
+            self.journal_mode = str(await _scalar(conn, "PRAGMA journal_mode = WAL"))
+            if self.journal_mode.lower() != "wal":
+                logger.warning("trace database %s could not use WAL (journal_mode=%s)", self.path, self.journal_mode)
+            await conn.execute("PRAGMA synchronous = NORMAL")
+            self.schema_version = await migrate(conn, self.migrations)
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def close(self) -> None:
+        """Write everything queued, stop the writer, close the connection. Idempotent."""
+        if self._closing:
+            return
+        self._closing = True
+        if self._writer is not None and self._queue is not None:
+            await self._queue.put(None)
+            await self._writer
+        conn, self._conn, self._writer = self._conn, None, None
+        if conn is not None:
+            try:
+                await conn.close()
+            except _STORAGE_ERRORS:
+                logger.warning("closing the trace database failed", exc_info=True)
+
+    async def __aenter__(self) -> TraceStore:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # --- health ---------------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """`{"status": "ok"|"degraded", "failures", "last_error", ...}`; degraded from a failed start or
+        write until the next successful write."""
+        ok = self._conn is not None and not self._degraded and not self._closing
+        return {
+            "status": "ok" if ok else "degraded",
+            "failures": self._failures,
+            "last_error": self._last_error,
+            "written": self._written,
+            "queued": self._queue.qsize() if self._queue is not None else 0,
+            "schema_version": self.schema_version,
+            "journal_mode": self.journal_mode,
+        }
+
+    def _count_failure(self, message: str) -> None:
+        self._failures += 1
+        self._last_error = message
+        self._degraded = True
+
+    def _mark_failure(self, run_id: str, message: str) -> dict[str, Any]:
+        self._count_failure(message)
+        logger.warning("trace not stored for run %s: %s", run_id, message, extra={"run_id": run_id})
+        return {"stored": False, "error": message}
+
+    # --- writing --------------------------------------------------------------------------------
+
+    async def write(self, result: RolloutResult, trace: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Store one rollout and wait for its commit. Returns `{"stored": true}` or `{"stored": false, "error"}`.
+
+        `trace` is the SessionTrace to store; by default the `structured` trace is built from `result`
+        (a compact trace is not storable and is ignored). Never raises for storage problems.
+        """
+        run_id = result.plan.run_id
+        if self.readonly:
+            return self._mark_failure(run_id, "trace store is read-only")
+        if self._closing or self._queue is None:
+            return self._mark_failure(run_id, self._last_error or "trace store is not running")
+        try:
+            rows = await asyncio.to_thread(_build_rows, result, trace)
+        except Exception as exc:  # noqa: BLE001 - a trace-building bug must not fail the rollout; logged, counted
+            logger.warning("building the trace rows failed", exc_info=True, extra={"run_id": run_id})
+            return self._mark_failure(run_id, f"trace rows: {_error_text(exc)}")
+        job = _Job(rows, asyncio.get_running_loop().create_future())
+        try:
+            async with asyncio.timeout(self.write_timeout_s):
+                await self._queue.put(job)
+                # shield: a caller that gives up (timeout, cancelled request) leaves the job to the writer
+                return await asyncio.shield(job.done)
+        except TimeoutError:
+            return self._mark_failure(run_id, f"trace writer did not commit within {self.write_timeout_s:g} s")
+
+    async def _write_loop(self) -> None:
+        queue = self._queue
+        if queue is None:  # pragma: no cover - start() sets it before creating this task
+            return
+        while (job := await queue.get()) is not None:
+            status = await self._run_job(job.rows)
+            if not job.done.done():
+                job.done.set_result(status)
+
+    async def _run_job(self, rows: SessionRows) -> dict[str, Any]:
+        try:
+            async with self._lock:
+                await self._commit(rows)
+        except _STORAGE_ERRORS as exc:
+            return self._mark_failure(rows.session_id, _error_text(exc))
+        except Exception as exc:  # noqa: BLE001 - the one writer must outlive any bad job; logged, counted, returned
+            logger.warning("trace writer failed on one job", exc_info=True, extra={"run_id": rows.session_id})
+            return self._mark_failure(rows.session_id, _error_text(exc))
+        self._written += 1
+        self._degraded = False
+        return {"stored": True}
+
+    async def _commit(self, rows: SessionRows) -> None:
+        conn = self._connection()
+        key = (rows.session_id,)
+        async with transaction(conn):
+            for table in SESSION_TABLES:
+                await conn.execute(f"DELETE FROM {table} WHERE session_id = ?", key)  # fixed table names
+            await conn.execute(INSERT_SESSION, rows.session)
+            await conn.executemany(INSERT_TIMESTEP, rows.timesteps)
+            await conn.executemany(INSERT_EVENT, rows.events)
+            await conn.executemany(INSERT_MESSAGE, rows.messages)
+            await conn.executemany(INSERT_EVENT_REWARD, rows.event_rewards)
+            if rows.outcome is not None:
+                await conn.execute(INSERT_OUTCOME, rows.outcome)
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def _connection(self) -> aiosqlite.Connection:
+        if self._conn is None:
+            raise RuntimeError(f"trace store {self.path} is not open ({self._last_error or 'not started'})")
+        return self._conn
+
+    async def _fetch(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        conn = self._connection()
+        async with self._lock:
+            async with conn.execute(sql, params) as cursor:
+                return [dict(row) for row in await cursor.fetchall()]
+
+    async def list_sessions(
+        self,
+        since: datetime | str | None = None,
+        min_achievements: int | None = None,
+        model: str | None = None,
+        limit: int = DEFAULT_LIST_LIMIT,
+    ) -> list[dict[str, Any]]:
+        """Stored sessions, newest first, with their outcome. `since` compares with `created_at` (UTC)."""
+        where: list[str] = []
+        params: list[Any] = []
+        if since is not None:
+            where.append("s.created_at >= ?")
+            params.append(iso(since) if isinstance(since, datetime) else since)
+        if min_achievements is not None:
+            where.append("COALESCE(o.achievements_count, 0) >= ?")
+            params.append(min_achievements)
+        if model is not None:
+            where.append("EXISTS (SELECT 1 FROM events e WHERE e.session_id = s.session_id AND e.model_name = ?)")
+            params.append(model)
+        sql = (
+            "SELECT s.session_id, s.created_at, s.num_timesteps, s.num_events, s.num_messages, s.metadata, "
+            "o.total_reward, o.achievements_count, o.total_steps "
+            "FROM session_traces s LEFT JOIN outcome_rewards o ON o.session_id = s.session_id "
+            + (f"WHERE {' AND '.join(where)} " if where else "")
+            + "ORDER BY s.created_at DESC, s.session_id LIMIT ?"
+        )
+        rows = await self._fetch(sql, (*params, int(limit)))
+        return [_summary(row) for row in rows]
+
+    async def get_session(self, run_id: str) -> dict[str, Any] | None:
+        """One stored session as a SessionTrace dict (+ `outcome_reward`, `event_rewards`), or None."""
+        key = (run_id,)
+        sessions = await self._fetch("SELECT * FROM session_traces WHERE session_id = ?", key)
+        if not sessions:
+            return None
+        timesteps = await self._fetch("SELECT * FROM session_timesteps WHERE session_id = ? ORDER BY step_index", key)
+        events = await self._fetch("SELECT * FROM events WHERE session_id = ? ORDER BY id", key)
+        messages = await self._fetch("SELECT * FROM messages WHERE session_id = ? ORDER BY id", key)
+        outcomes = await self._fetch("SELECT * FROM outcome_rewards WHERE session_id = ? ORDER BY id DESC", key)
+        rewards = await self._fetch(
+            'SELECT turn_number, reward_value, reward_type, "key", annotation, source, created_at '
+            "FROM event_rewards WHERE session_id = ? ORDER BY id",
+            key,
+        )
+        trace = session_from_rows(sessions[0], timesteps, events, messages, outcomes[0] if outcomes else None)
+        for reward in rewards:
+            reward["annotation"] = load_json(reward["annotation"])
+        trace["event_rewards"] = rewards
+        return trace
+
+
+def _build_rows(result: RolloutResult, trace: Mapping[str, Any] | None) -> SessionRows:
+    if trace is None or "session_time_steps" not in trace:
+        trace = build_session_trace(result, STRUCTURED)
+    return session_rows(trace)
+
+
+async def _scalar(conn: aiosqlite.Connection, sql: str) -> Any:
+    async with conn.execute(sql) as cursor:
+        row = await cursor.fetchone()
+    return row[0] if row else None
+
+
+def _summary(row: dict[str, Any]) -> dict[str, Any]:
+    summary = dict(row)
+    metadata = summary.pop("metadata")
+    try:
+        meta = json.loads(metadata) if isinstance(metadata, str) else {}
+    except ValueError:
+        meta = {}
+    summary.update(
+        model=meta.get("model"),
+        policy_name=meta.get("policy_name"),
+        seed=meta.get("seed"),
+        achievements=meta.get("final_achievements") or [],
+        stop_reason=meta.get("stop_reason"),
+    )
+    return summary

@@ -1,0 +1,354 @@
+"""The SQLite trace store: seed schema, round trip, replace-on-replay, concurrency, failures, SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import pickle
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_tracing_payload import MODEL, rollout, run_rollout, with_run_id
+
+from task_app.crafter import WorldFactory
+from task_app.rollout.result import RolloutResult
+from task_app.tracing import MIGRATIONS, SCHEMA_VERSION, TraceStore, build_session_trace
+
+pytestmark = pytest.mark.anyio
+
+# seed-behaviour §6.5, without the libSQL-only `embedding` columns.
+SEED_COLUMNS = {
+    "experiments": ["experiment_id", "name", "description", "created_at", "updated_at", "configuration", "metadata"],
+    "systems": ["system_id", "name", "system_type", "description", "created_at", "metadata"],
+    "system_versions": ["version_id", "system_id", "version_number", "commit_hash", "created_at", "configuration",
+                        "metadata"],
+    "experimental_systems": ["id", "experiment_id", "system_id", "version_id"],
+    "session_traces": ["session_id", "created_at", "num_timesteps", "num_events", "num_messages", "metadata",
+                       "experiment_id"],
+    "session_timesteps": ["id", "session_id", "step_id", "step_index", "turn_number", "started_at", "completed_at",
+                          "num_events", "num_messages", "step_metadata"],
+    "events": ["id", "session_id", "timestep_id", "event_type", "system_instance_id", "event_time", "message_time",
+               "created_at", "model_name", "provider", "input_tokens", "output_tokens", "total_tokens", "cost_usd",
+               "latency_ms", "span_id", "trace_id", "call_records", "reward", "terminated", "truncated",
+               "system_state_before", "system_state_after", "metadata", "event_metadata"],
+    "messages": ["id", "session_id", "timestep_id", "message_type", "content", "timestamp", "event_time",
+                 "message_time", "metadata"],
+    "outcome_rewards": ["id", "session_id", "total_reward", "achievements_count", "total_steps", "created_at",
+                        "reward_metadata"],
+    "event_rewards": ["id", "event_id", "session_id", "message_id", "turn_number", "reward_value", "reward_type",
+                      "key", "annotation", "source", "created_at"],
+}  # fmt: skip
+SESSION_TABLES = ("session_traces", "session_timesteps", "events", "messages", "outcome_rewards", "event_rewards")
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def result(worlds: WorldFactory) -> RolloutResult:
+    return rollout(worlds, run_id="store-run", decisions=6)
+
+
+@pytest.fixture(scope="module")
+def short_result(worlds: WorldFactory) -> RolloutResult:
+    return rollout(worlds, run_id="store-run", decisions=2, seed=5)
+
+
+def counts(path: Path, session_id: str | None = None) -> dict[str, int]:
+    with sqlite3.connect(path) as conn:
+        where, params = ("WHERE session_id = ?", (session_id,)) if session_id else ("", ())
+        return {table: conn.execute(f"SELECT COUNT(*) FROM {table} {where}", params).fetchone()[0]
+                for table in SESSION_TABLES}  # fmt: skip
+
+
+def expected_counts(result: RolloutResult) -> dict[str, int]:
+    trace = build_session_trace(result)
+    steps = trace["session_time_steps"]
+    return {
+        "session_traces": 1,
+        "session_timesteps": len(steps),
+        "events": len(trace["event_history"]),
+        "messages": len(trace["markov_blanket_message_history"]),
+        "outcome_rewards": 1,
+        "event_rewards": sum(len(step["step_metadata"]["event_rewards"]) for step in steps),
+    }
+
+
+async def test_schema_matches_the_seed(tmp_path: Path) -> None:
+    path = tmp_path / "traces" / "t.db"
+    async with TraceStore(path) as store:
+        assert store.health()["status"] == "ok"
+    with sqlite3.connect(path) as conn:
+        for table, columns in SEED_COLUMNS.items():
+            assert [row[1] for row in conn.execute(f"PRAGMA table_info({table})")] == columns, table
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+async def test_round_trip(tmp_path: Path, result: RolloutResult) -> None:
+    path = tmp_path / "t.db"
+    async with TraceStore(path) as store:
+        assert await store.write(result) == {"stored": True}
+        stored = await store.get_session("store-run")
+        sessions = await store.list_sessions()
+        assert await store.get_session("missing") is None
+        assert store.health()["written"] == 1
+    expected = build_session_trace(result)
+    assert stored is not None
+    for key in ("session_id", "created_at", "session_time_steps", "event_history", "markov_blanket_message_history",
+                "metadata", "session_metadata"):  # fmt: skip
+        assert stored[key] == expected[key], key
+    assert stored["outcome_reward"] == expected["metadata"]["outcome_reward"]
+    assert counts(path) == expected_counts(result)
+    [summary] = sessions
+    assert summary["session_id"] == "store-run" and summary["num_timesteps"] == 6
+    assert summary["model"] == MODEL and summary["total_steps"] == 6
+    with sqlite3.connect(path) as conn:
+        types = conn.execute("SELECT event_type, COUNT(*) FROM events GROUP BY event_type ORDER BY 1").fetchall()
+        assert types == [("cais", 6), ("environment", 6)]
+        row = conn.execute("SELECT model_name, input_tokens, trace_id FROM events WHERE event_type = 'cais'").fetchone()
+        assert row == (MODEL, 812, "trace_fake_cid")
+        (orphans,) = conn.execute("SELECT COUNT(*) FROM events WHERE timestep_id IS NULL").fetchone()
+        assert orphans == 0
+
+
+async def test_event_rewards_are_stored_against_the_env_event(tmp_path: Path, result: RolloutResult) -> None:
+    import dataclasses
+
+    record = result.records[1]
+    unlocking = dataclasses.replace(record, outcome=dataclasses.replace(record.outcome, unlocked=("collect_wood",)))
+    records = [*result.records[:1], unlocking, *result.records[2:]]
+    rewarded = dataclasses.replace(with_run_id(result, "rewarded"), records=records)
+    path = tmp_path / "t.db"
+    async with TraceStore(path) as store:
+        assert (await store.write(rewarded))["stored"]
+        stored = await store.get_session("rewarded")
+    assert stored is not None
+    assert [(r["reward_type"], r["turn_number"], r["annotation"]) for r in stored["event_rewards"]] == [
+        ("achievement_delta", 1, {"achievements": ["collect_wood"]}),
+        ("unique_achievement_delta", 1, {"achievements": ["collect_wood"]}),
+    ]
+    with sqlite3.connect(path) as conn:
+        kinds = conn.execute(
+            "SELECT e.event_type, t.step_id FROM event_rewards r JOIN events e ON e.id = r.event_id "
+            "JOIN session_timesteps t ON t.id = e.timestep_id"
+        ).fetchall()
+    assert kinds == [("environment", "decision_1"), ("environment", "decision_1")]
+
+
+async def test_same_run_id_replaces(tmp_path: Path, result: RolloutResult, short_result: RolloutResult) -> None:
+    path = tmp_path / "t.db"
+    async with TraceStore(path) as store:
+        assert (await store.write(result))["stored"]
+        assert (await store.write(result))["stored"]
+        assert counts(path) == expected_counts(result)
+        assert (await store.write(short_result))["stored"]  # same run_id, a different (shorter) run
+        stored = await store.get_session("store-run")
+    assert counts(path) == expected_counts(short_result)
+    assert stored is not None and len(stored["session_time_steps"]) == 2
+
+
+async def test_32_concurrent_rollouts_write_at_once(tmp_path: Path, worlds: WorldFactory) -> None:
+    path = tmp_path / "t.db"
+
+    async def one(store: TraceStore, index: int) -> tuple[dict[str, Any], RolloutResult]:
+        result = await run_rollout(worlds, run_id=f"concurrent-{index}", decisions=2 + index % 3, seed=index % 4)
+        return await store.write(result), result
+
+    async with TraceStore(path, queue_size=8) as store:
+        started = time.perf_counter()
+        outcomes = await asyncio.gather(*(one(store, index) for index in range(32)))
+        elapsed = time.perf_counter() - started
+        assert store.health()["written"] == 32
+    assert [status for status, _ in outcomes] == [{"stored": True}] * 32
+    total: dict[str, int] = {}
+    for _, result in outcomes:
+        expected = expected_counts(result)
+        assert counts(path, result.plan.run_id) == expected
+        for table, number in expected.items():
+            total[table] = total.get(table, 0) + number
+    assert counts(path) == total
+    assert elapsed < 20, elapsed
+
+
+async def test_list_sessions_filters(tmp_path: Path, result: RolloutResult, short_result: RolloutResult) -> None:
+    import dataclasses
+
+    rich = dataclasses.replace(with_run_id(result, "rich"), episodes=[
+        dataclasses.replace(result.episodes[0], achievements=["collect_wood", "place_table"])])  # fmt: skip
+    async with TraceStore(tmp_path / "t.db") as store:
+        for item in (rich, with_run_id(short_result, "poor")):
+            assert (await store.write(item))["stored"]
+        assert {s["session_id"] for s in await store.list_sessions()} == {"rich", "poor"}
+        assert [s["session_id"] for s in await store.list_sessions(min_achievements=2)] == ["rich"]
+        assert (await store.list_sessions(min_achievements=2))[0]["achievements"] == ["collect_wood", "place_table"]
+        assert await store.list_sessions(model="other-model") == []
+        assert len(await store.list_sessions(model=MODEL)) == 2
+        assert await store.list_sessions(since="2999-01-01") == []
+        assert len(await store.list_sessions(since=result.started_at.replace(year=2000))) == 2
+        assert len(await store.list_sessions(limit=1)) == 1
+
+
+async def test_not_a_database(tmp_path: Path, result: RolloutResult, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "t.db"
+    path.write_bytes(b"this is not a database, just some bytes " * 200)
+    store = TraceStore(path)
+    with caplog.at_level(logging.WARNING, logger="task_app.tracing.store"):
+        await store.start()
+        status = await store.write(result)
+    assert status["stored"] is False and "not a database" in status["error"]
+    health = store.health()
+    assert health["status"] == "degraded" and health["failures"] == 2 and "not a database" in health["last_error"]
+    assert any(getattr(r, "run_id", None) == "store-run" for r in caplog.records if r.levelno == logging.WARNING)
+    await store.close()
+    assert path.read_bytes().startswith(b"this is not a database")
+
+
+async def test_unwritable_location(tmp_path: Path, result: RolloutResult) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("a file where a directory should be")
+    store = TraceStore(blocker / "traces" / "t.db")
+    await store.start()
+    status = await store.write(result)
+    assert status["stored"] is False and status["error"]
+    assert store.health()["status"] == "degraded"
+    await store.close()
+
+
+async def test_disk_full_then_recovery(tmp_path: Path, result: RolloutResult) -> None:
+    async with TraceStore(tmp_path / "t.db") as store:
+        conn = store._conn
+        assert conn is not None
+        async with conn.execute("PRAGMA page_count") as cursor:
+            (pages,) = await cursor.fetchone()  # type: ignore[misc]
+        await conn.execute(f"PRAGMA max_page_count = {pages}")  # the file cannot grow: SQLITE_FULL
+        status = await store.write(result)
+        assert status["stored"] is False and "full" in status["error"]
+        assert store.health()["status"] == "degraded"
+        await conn.execute("PRAGMA max_page_count = 1073741823")
+        assert (await store.write(result))["stored"]
+        health = store.health()
+    assert (health["status"], health["failures"], health["written"]) == ("ok", 1, 1)
+    assert counts(tmp_path / "t.db") == expected_counts(result)
+
+
+async def test_locked_database_fails_the_write_not_the_rollout(tmp_path: Path, result: RolloutResult) -> None:
+    path = tmp_path / "t.db"
+    async with TraceStore(path, busy_timeout_ms=50) as store:
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+        try:
+            status = await store.write(result)
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        assert status["stored"] is False and "locked" in status["error"]
+        assert (await store.write(result))["stored"]
+
+
+async def test_slow_writer_times_out_but_the_job_still_lands(tmp_path: Path, result: RolloutResult) -> None:
+    path = tmp_path / "t.db"
+    async with TraceStore(path, write_timeout_s=0.05) as store:
+        async with store._lock:  # the writer is stuck behind a long read
+            status = await store.write(result)
+        assert status["stored"] is False and "did not commit" in status["error"]
+        assert store.health()["status"] == "degraded"
+    assert counts(path) == expected_counts(result)  # close() drained the queue: the rollout was kept
+
+
+async def test_write_after_close_and_readonly_store(tmp_path: Path, result: RolloutResult) -> None:
+    path = tmp_path / "t.db"
+    store = TraceStore(path)
+    await store.start()
+    assert (await store.write(result))["stored"]
+    await store.close()
+    await store.close()
+    assert (await store.write(result))["stored"] is False
+    async with TraceStore(path, readonly=True) as reader:
+        assert [s["session_id"] for s in await reader.list_sessions()] == ["store-run"]
+        assert (await reader.get_session("store-run")) is not None
+        assert (await reader.write(result))["stored"] is False
+
+
+async def test_forward_migration_and_seed_database(tmp_path: Path, result: RolloutResult) -> None:
+    path = tmp_path / "t.db"
+    async with TraceStore(path) as store:
+        assert (await store.write(result))["stored"]
+    newer = (*MIGRATIONS, ("CREATE TABLE IF NOT EXISTS trace_notes (session_id VARCHAR, note TEXT)",))
+    async with TraceStore(path, migrations=newer) as store:
+        assert store.schema_version == SCHEMA_VERSION + 1
+        assert len(await store.list_sessions()) == 1
+    async with TraceStore(path) as store:  # an older release opens a newer file and still writes
+        assert store.schema_version == SCHEMA_VERSION + 1
+        assert (await store.write(with_run_id(result, "second")))["stored"]
+
+    seed_path = tmp_path / "seed.db"
+    with sqlite3.connect(seed_path) as conn:  # the seed's tables, with their embedding columns, version 0
+        conn.execute("CREATE TABLE session_traces (session_id VARCHAR PRIMARY KEY, created_at DATETIME NOT NULL, "
+                     "num_timesteps INTEGER NOT NULL, num_events INTEGER NOT NULL, num_messages INTEGER NOT NULL, "
+                     "metadata TEXT, experiment_id VARCHAR, embedding VECTOR)")  # fmt: skip
+        conn.execute("INSERT INTO session_traces VALUES ('old', '2025-01-01 00:00:00', 0, 0, 0, '{}', NULL, NULL)")
+    async with TraceStore(seed_path) as store:
+        assert store.schema_version == SCHEMA_VERSION
+        assert (await store.write(result))["stored"]
+        assert {s["session_id"] for s in await store.list_sessions()} == {"old", "store-run"}
+
+
+_KILL_HELPER = textwrap.dedent(
+    """
+    import asyncio, dataclasses, pickle, sys
+    from task_app.tracing import TraceStore
+
+    async def main(db, source, count):
+        with open(source, "rb") as handle:
+            base = pickle.load(handle)
+        store = TraceStore(db, queue_size=4)
+        await store.start()
+        results = [
+            dataclasses.replace(base, plan=dataclasses.replace(base.plan, run_id=f"killed-{index}"))
+            for index in range(count)
+        ]
+        statuses = await asyncio.gather(*(store.write(result) for result in results))
+        if not all(status["stored"] for status in statuses):
+            raise SystemExit(f"not stored: {statuses}")
+        sys.stdout.write("written\\n")
+        sys.stdout.flush()
+        await asyncio.sleep(3600)  # never closes the store: the parent kills us here
+
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+    """
+)
+
+
+def test_sigkill_right_after_writes_loses_nothing(tmp_path: Path, result: RolloutResult) -> None:
+    count = 12
+    source, script, db = tmp_path / "result.pickle", tmp_path / "writer.py", tmp_path / "t.db"
+    source.write_bytes(pickle.dumps(result))
+    script.write_text(_KILL_HELPER)
+    command = [sys.executable, str(script), str(db), str(source), str(count)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            line = proc.stdout.readline()
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            _, errors = proc.communicate(timeout=30)
+        assert line == "written\n", errors
+    assert proc.returncode == -signal.SIGKILL
+    assert Path(f"{db}-wal").exists()  # the commits were still in the WAL, never checkpointed
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        sessions = [row[0] for row in conn.execute("SELECT session_id FROM session_traces ORDER BY 1")]
+    assert sessions == sorted(f"killed-{index}" for index in range(count))
+    per_run = expected_counts(result)
+    assert counts(db) == {table: number * count for table, number in per_run.items()}
