@@ -1,0 +1,41 @@
+"""Run an ASGI app under uvicorn in a background thread on a loopback port (demo, tests, benchmarks)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import uvicorn
+from starlette.types import ASGIApp
+
+
+class _ThreadServer(uvicorn.Server):
+    def install_signal_handlers(self) -> None:
+        """Signal handlers belong to the main thread; this server runs in another."""
+
+
+@contextmanager
+def serve_in_thread(app: ASGIApp, host: str = "127.0.0.1", startup_timeout_s: float = 60.0) -> Iterator[str]:
+    """Serve `app` on an OS-assigned port; yields the base URL and stops the server on exit."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+    server = _ThreadServer(config)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + startup_timeout_s
+    try:
+        while not server.started:
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the local server did not start")
+            time.sleep(0.005)
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        sock.close()

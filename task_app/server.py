@@ -1,0 +1,162 @@
+"""`create_app(settings)`: the FastAPI app, its lifespan (shared resources) and its error model."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import anyio
+import httpx
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.middleware.cors import CORSMiddleware
+from starlette.middleware.gzip import GZipMiddleware
+from starlette.requests import Request
+
+from .crafter import WorldFactory
+from .errors import CapacityExceeded, TaskAppError
+from .limits import BodySizeLimit
+from .policy.factory import PolicyFactoryBuilder
+from .recording import TraceRecorder
+from .responses import JSONBytes
+from .rollout.registry import RunRegistry
+from .routes import health, info, rollout, runs
+from .rubrics import load_rubrics
+from .service import RolloutService
+from .settings import Settings
+from .state import AppState
+from .taskset import Taskset, TraitsCache
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_STATUS_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
+
+
+def error_body(code: str, message: str, **details: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, **details}, "detail": message}
+
+
+async def _task_app_error(_: Request, exc: Exception) -> JSONBytes:
+    if not isinstance(exc, TaskAppError):  # pragma: no cover - registered for TaskAppError only
+        raise exc
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, CapacityExceeded) else None
+    return JSONBytes(error_body(exc.code, exc.message, **exc.details), status_code=exc.status, headers=headers)
+
+
+async def _validation_error(_: Request, exc: Exception) -> JSONBytes:
+    if not isinstance(exc, RequestValidationError):  # pragma: no cover
+        raise exc
+    # Never echo `input`: a rejected policy.config may carry an api_key.
+    errors = [
+        {"loc": list(error.get("loc", ())), "msg": error.get("msg", ""), "type": error.get("type", "")}
+        for error in exc.errors()
+    ]
+    if any(error["type"] == "json_invalid" for error in errors):
+        return JSONBytes(error_body("invalid_json", "the request body is not valid JSON"), status_code=400)
+    first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
+    location = ".".join(str(part) for part in first["loc"] if part != "body")
+    message = f"{location}: {first['msg']}" if location else str(first["msg"])
+    return JSONBytes(error_body("invalid_request", message, errors=errors), status_code=422)
+
+
+async def _http_error(_: Request, exc: Exception) -> JSONBytes:
+    if not isinstance(exc, StarletteHTTPException):  # pragma: no cover
+        raise exc
+    code = _STATUS_CODES.get(exc.status_code, "http_error")
+    if exc.status_code == 400:  # noqa: PLR2004 - FastAPI's "error parsing the body" (e.g. nesting too deep)
+        code = "invalid_json"
+    return JSONBytes(error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers)
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> JSONBytes:
+    logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return JSONBytes(error_body("internal_error", "internal server error"), status_code=500)
+
+
+def _offload(limiter: anyio.CapacityLimiter) -> Callable[[Callable[[], T]], Any]:
+    async def offload(fn: Callable[[], T]) -> T:
+        return await anyio.to_thread.run_sync(fn, limiter=limiter)
+
+    return offload
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    rubrics = load_rubrics(settings.rubrics_dir)
+    limiter = anyio.CapacityLimiter(settings.worker_threads)
+    offload = _offload(limiter)
+    worlds = WorldFactory(cache_size=settings.world_cache_size)
+    if settings.warm_up:
+        await offload(worlds.warm_up)
+    timeout = httpx.Timeout(
+        connect=settings.inference_connect_timeout_s,
+        read=settings.inference_read_timeout_s,
+        write=settings.inference_connect_timeout_s,
+        pool=settings.inference_connect_timeout_s,
+    )
+    limits = httpx.Limits(
+        max_connections=settings.inference_max_connections,
+        max_keepalive_connections=settings.inference_max_connections,
+    )
+    async with httpx.AsyncClient(timeout=timeout, limits=limits, follow_redirects=False) as http:
+        recorder = TraceRecorder(settings, offload)
+        await recorder.start()
+        try:
+            registry = RunRegistry(settings.max_concurrent_rollouts, settings.run_registry_size)
+            policies = PolicyFactoryBuilder(settings, http)
+            service = RolloutService(settings, worlds, registry, policies.build, recorder, offload)
+            app.state.task_app = AppState(
+                settings=settings,
+                http=http,
+                worlds=worlds,
+                traits=TraitsCache(worlds, settings.traits_cache_size),
+                taskset=Taskset(settings, rubrics),
+                rubrics=rubrics,
+                registry=registry,
+                recorder=recorder,
+                service=service,
+                offload=offload,
+            )
+            logger.info("task app ready: %s", settings.service_id)
+            yield
+        finally:
+            await recorder.close()
+
+
+def create_app(settings: Settings) -> FastAPI:
+    app = FastAPI(
+        title="Crafter task app",
+        version="1.0.0",
+        lifespan=_lifespan,
+        default_response_class=JSONBytes,
+    )
+    app.state.settings = settings
+    for router in (health.router, info.router, rollout.router, runs.router):
+        app.include_router(router)
+    app.add_exception_handler(TaskAppError, _task_app_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected_error)
+    app.add_middleware(GZipMiddleware, minimum_size=1024)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"], allow_headers=["*"]
+        )
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    return app
+
+
+@functools.cache
+def _settings_from_env() -> Settings:
+    return Settings()
+
+
+def app_from_env() -> FastAPI:
+    """Factory for `uvicorn --factory task_app.server:app_from_env` (used by `task-app serve --reload`)."""
+    return create_app(_settings_from_env())

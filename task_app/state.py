@@ -1,0 +1,30 @@
+"""The shared objects of one app instance, created and closed by the lifespan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+
+from .crafter import WorldFactory
+from .recording import TraceRecorder
+from .rollout.engine import Offload
+from .rollout.registry import RunRegistry
+from .rubrics import Rubric
+from .service import RolloutService
+from .settings import Settings
+from .taskset import Taskset, TraitsCache
+
+
+@dataclass(slots=True)
+class AppState:
+    settings: Settings
+    http: httpx.AsyncClient
+    worlds: WorldFactory
+    traits: TraitsCache
+    taskset: Taskset
+    rubrics: dict[str, Rubric]
+    registry: RunRegistry
+    recorder: TraceRecorder
+    service: RolloutService
+    offload: Offload[object]
