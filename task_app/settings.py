@@ -64,7 +64,7 @@ class Settings(BaseSettings):
     history_length: int = Field(default=5, ge=0, le=50)
 
     # --- the world -----------------------------------------------------------------------------
-    area: tuple[int, int] = (64, 64)
+    area: Annotated[tuple[int, int], NoDecode] = (64, 64)
     episode_length: int = Field(default=10_000, ge=1)
     default_seed: int = Field(default=42, ge=0, le=MAX_SEED)
     max_seed: int = Field(default=MAX_SEED, ge=0, le=MAX_SEED)

@@ -99,8 +99,6 @@ class RolloutEngine:
                 await self._guarded(self._agent if op == AGENT else self._env)
                 self.result.ops_executed += 1
                 self._publish_progress()
-                if self._game is not None and self._game.done and self.plan.on_done == "terminate":
-                    raise _Stop(STOP_EPISODE_DONE)
         except _Stop as stop:
             self.result.stop_reason = stop.reason
         finally:
@@ -112,6 +110,8 @@ class RolloutEngine:
     def _check_limits(self) -> None:
         if self.control.aborted:
             raise _Stop(STOP_ABORTED)
+        if self._game is not None and self._game.done and self.plan.on_done == "terminate":
+            raise _Stop(STOP_EPISODE_DONE)
         if self.result.ops_executed >= self.plan.max_ops:
             raise _Stop(STOP_MAX_OPS)
         if self._deadline is not None and anyio.current_time() >= self._deadline:
