@@ -1,4 +1,4 @@
-"""`task-app serve | demo | eval`."""
+"""`task-app serve | demo | eval | traces`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from .evaluation import parse_seeds, report, rollout_request, run_rollouts
 from .local_server import serve_in_thread
 from .server import create_app
 from .settings import Settings
+from .traces_cli import add_traces_parser
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -105,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--temperature", type=float, default=None)
     evaluate.add_argument("--policy", default="crafter-react")
     evaluate.set_defaults(run=_eval)
+    add_traces_parser(commands)
     return parser
 
 
