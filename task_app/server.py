@@ -17,6 +17,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 
+from .auth import check_api_key
 from .crafter import WorldFactory
 from .errors import CapacityExceeded, TaskAppError
 from .limits import BodySizeLimit
@@ -24,7 +25,7 @@ from .policy.factory import PolicyFactoryBuilder
 from .recording import TraceRecorder
 from .responses import JSONBytes
 from .rollout.registry import RunRegistry
-from .routes import health, info, rollout, runs
+from .routes import health, info, proxy, rollout, runs
 from .rubrics import load_rubrics
 from .service import RolloutService
 from .settings import Settings
@@ -48,7 +49,17 @@ async def _task_app_error(_: Request, exc: Exception) -> JSONBytes:
     return JSONBytes(error_body(exc.code, exc.message, **exc.details), status_code=exc.status, headers=headers)
 
 
-async def _validation_error(_: Request, exc: Exception) -> JSONBytes:
+def _denied(request: Request) -> TaskAppError | None:
+    """FastAPI parses a JSON body before the routes' auth dependency runs; a body error must not
+    tell a caller without a valid key anything the 401/503 would not (every body route is protected)."""
+    try:
+        check_api_key(request, request.app.state.settings)
+    except TaskAppError as exc:
+        return exc
+    return None
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONBytes:
     if not isinstance(exc, RequestValidationError):  # pragma: no cover
         raise exc
     # Never echo `input`: a rejected policy.config may carry an api_key.
@@ -57,6 +68,8 @@ async def _validation_error(_: Request, exc: Exception) -> JSONBytes:
         for error in exc.errors()
     ]
     if any(error["type"] == "json_invalid" for error in errors):
+        if (denied := _denied(request)) is not None:
+            return await _task_app_error(request, denied)
         return JSONBytes(error_body("invalid_json", "the request body is not valid JSON"), status_code=400)
     first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
     location = ".".join(str(part) for part in first["loc"] if part != "body")
@@ -64,11 +77,13 @@ async def _validation_error(_: Request, exc: Exception) -> JSONBytes:
     return JSONBytes(error_body("invalid_request", message, errors=errors), status_code=422)
 
 
-async def _http_error(_: Request, exc: Exception) -> JSONBytes:
+async def _http_error(request: Request, exc: Exception) -> JSONBytes:
     if not isinstance(exc, StarletteHTTPException):  # pragma: no cover
         raise exc
     code = _STATUS_CODES.get(exc.status_code, "http_error")
     if exc.status_code == 400:  # noqa: PLR2004 - FastAPI's "error parsing the body" (e.g. nesting too deep)
+        if (denied := _denied(request)) is not None:
+            return await _task_app_error(request, denied)
         code = "invalid_json"
     return JSONBytes(error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers)
 
@@ -137,7 +152,7 @@ def create_app(settings: Settings) -> FastAPI:
         default_response_class=JSONBytes,
     )
     app.state.settings = settings
-    for router in (health.router, info.router, rollout.router, runs.router):
+    for router in (health.router, info.router, proxy.router, rollout.router, runs.router):
         app.include_router(router)
     app.add_exception_handler(TaskAppError, _task_app_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

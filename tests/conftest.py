@@ -35,3 +35,162 @@ def worlds() -> WorldFactory:
     factory = WorldFactory(cache_size=64)
     factory.warm_up()
     return factory
+
+
+# --- HTTP end-to-end: the task app under a real uvicorn server ------------------------------------
+#
+# `app_server` (one per test module) and `make_app_server(**settings)` (per test, for special
+# settings) run `create_app(Settings(...))` on 127.0.0.1 with an OS-assigned port. Clients made with
+# `AppServer.client()` check every response (body and headers) for any 4-character piece of a key.
+
+import itertools  # noqa: E402 - kept with the fixtures it serves (this file is appended to, not rewritten)
+import logging  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from contextlib import ExitStack, contextmanager  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import httpx  # noqa: E402
+from fastapi import FastAPI  # noqa: E402
+
+from task_app.local_server import serve_in_thread  # noqa: E402
+from task_app.server import create_app  # noqa: E402
+from task_app.settings import Settings  # noqa: E402
+from task_app.state import AppState  # noqa: E402
+
+pytest_plugins = ("fake_model",)
+
+# Mixed case and letters outside [0-9a-f]: no 4-character piece of these occurs in uuids, hex ids or prose.
+TEST_KEY = "tk-Qz7WxJvKpLmYrNsT"
+ALIAS_KEY = "ak-HgFzXqWvBnMjKyPu"
+SECRETS = (TEST_KEY, ALIAS_KEY)
+FRAGMENT = 4
+
+
+def key_fragments(secret: str, size: int = FRAGMENT) -> set[str]:
+    return {secret[index : index + size] for index in range(len(secret) - size + 1)}
+
+
+def assert_no_key_material(text: str, secrets: tuple[str, ...] = SECRETS) -> None:
+    """No substring of length >= 4 of any secret occurs in `text` (checking every 4-gram suffices)."""
+    for secret in secrets:
+        leaked = sorted(fragment for fragment in key_fragments(secret) if fragment in text)
+        assert not leaked, f"text contains pieces of a key: {leaked}"
+
+
+def assert_response_keeps_keys(response: httpx.Response, secrets: tuple[str, ...] = SECRETS) -> None:
+    response.read()
+    headers = "\n".join(f"{name}: {value}" for name, value in response.headers.multi_items())
+    assert_no_key_material(response.content.decode("utf-8", "replace") + "\n" + headers, secrets)
+
+
+def assert_not_a_server_error(response: httpx.Response) -> None:
+    """A client mistake is never a 500 (CONTRACT.md §1); nothing these tests send is a server fault."""
+    assert response.status_code != 500, response.read()
+
+
+@contextmanager
+def _environ_without_own_variables() -> Iterator[None]:
+    """Module-scoped servers are built before the function-scoped `clean_environ` runs."""
+    saved = dict(os.environ)
+    for name in list(os.environ):
+        if name.startswith(("TASKAPP_", "MODAL_")) or name in _OWN_VARIABLES:
+            del os.environ[name]
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@dataclass
+class AppServer:
+    base_url: str
+    app: FastAPI
+    settings: Settings
+    stack: ExitStack
+
+    @property
+    def state(self) -> AppState:
+        """The app's shared objects (read-only use from tests: the event loop owns them)."""
+        state: AppState = self.app.state.task_app
+        return state
+
+    def client(
+        self,
+        key: str | None = TEST_KEY,
+        *,
+        timeout: float = 15.0,
+        guard: bool = True,
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Client:
+        """A client presenting `key` in X-API-Key (None: no key), closed when the server stops.
+
+        Every response is checked: never a 500, and (with `guard`) no piece of a key in body or headers.
+        """
+        merged = {"X-API-Key": key} if key is not None else {}
+        merged.update(headers or {})
+        hooks: dict[str, list[Callable[..., Any]]] = {"response": [assert_not_a_server_error]}
+        if guard:
+            hooks["response"].append(assert_response_keeps_keys)
+        client = httpx.Client(
+            base_url=self.base_url, headers=merged, timeout=timeout, trust_env=False, event_hooks=hooks
+        )
+        return self.stack.enter_context(client)
+
+    def health(self) -> dict[str, Any]:
+        with httpx.Client(base_url=self.base_url, trust_env=False, timeout=5.0) as client:
+            response = client.get("/health")
+            assert_response_keeps_keys(response)
+            body: dict[str, Any] = response.json()
+            return body
+
+
+def start_app_server(stack: ExitStack, directory: Path, **overrides: Any) -> AppServer:
+    values: dict[str, Any] = {
+        "environment_api_key": TEST_KEY,
+        "environment_api_key_aliases": [ALIAS_KEY],
+        "traces_db": directory / "traces.db",
+        "inference_connect_timeout_s": 2.0,
+        "inference_read_timeout_s": 10.0,
+        "inference_backoff_s": 0.01,
+        "inference_backoff_max_s": 0.05,
+    }
+    values.update(overrides)
+    with _environ_without_own_variables():
+        settings = Settings(**values)
+    app = create_app(settings)
+    base_url = stack.enter_context(serve_in_thread(app))
+    return AppServer(base_url=base_url, app=app, settings=settings, stack=stack)
+
+
+@pytest.fixture(scope="module")
+def app_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
+    """One task app per test module, default settings, the test key and an alias configured."""
+    with ExitStack() as stack:
+        yield start_app_server(stack, tmp_path_factory.mktemp("app"))
+
+
+@pytest.fixture
+def make_app_server(tmp_path: Path) -> Iterator[Callable[..., AppServer]]:
+    """`make_app_server(**settings)`: a task app for this test only (stopped at teardown)."""
+    counter = itertools.count()
+    with ExitStack() as stack:
+
+        def start(**overrides: Any) -> AppServer:
+            directory = tmp_path / f"app{next(counter)}"
+            directory.mkdir()
+            return start_app_server(stack, directory, **overrides)
+
+        yield start
+
+
+@pytest.fixture
+def no_key_in_logs(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """No log record of the test (any thread, task_app at DEBUG) contains a piece of a key."""
+    caplog.set_level(logging.DEBUG, logger="task_app")
+    yield
+    for record in caplog.records:
+        text = record.getMessage() + (record.exc_text or "")
+        assert_no_key_material(text)

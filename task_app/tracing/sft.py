@@ -190,9 +190,7 @@ def write_jsonl_atomic(directory: Path, name: str, records: Iterable[Mapping[str
                 handle.write("\n")
             handle.flush()
             os.fsync(handle.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temp, 0o666 & ~umask)  # mkstemp makes 0600; the file is data for other tools
+        os.chmod(temp, 0o644)  # mkstemp makes 0600; the file is data for other tools
         os.replace(temp, target)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
