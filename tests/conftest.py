@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import itertools
+import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
+from fastapi import FastAPI
 
 from task_app.crafter import WorldFactory
+from task_app.local_server import serve_in_thread
+from task_app.server import create_app
+from task_app.settings import Settings
+from task_app.state import AppState
 
 _OWN_VARIABLES = (
     "ENVIRONMENT_API_KEY",
@@ -43,21 +55,6 @@ def worlds() -> WorldFactory:
 # settings) run `create_app(Settings(...))` on 127.0.0.1 with an OS-assigned port. Clients made with
 # `AppServer.client()` check every response (body and headers) for any 4-character piece of a key.
 
-import itertools  # noqa: E402 - kept with the fixtures it serves (this file is appended to, not rewritten)
-import logging  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from contextlib import ExitStack, contextmanager  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any  # noqa: E402
-
-import httpx  # noqa: E402
-from fastapi import FastAPI  # noqa: E402
-
-from task_app.local_server import serve_in_thread  # noqa: E402
-from task_app.server import create_app  # noqa: E402
-from task_app.settings import Settings  # noqa: E402
-from task_app.state import AppState  # noqa: E402
 
 pytest_plugins = ("fake_model",)
 
@@ -194,3 +191,9 @@ def no_key_in_logs(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     for record in caplog.records:
         text = record.getMessage() + (record.exc_text or "")
         assert_no_key_material(text)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The app runs on asyncio under uvicorn; async tests run there too (trio may be installed by tools)."""
+    return "asyncio"

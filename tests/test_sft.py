@@ -34,11 +34,6 @@ def read_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(scope="module")
 def result(worlds: WorldFactory) -> RolloutResult:
     return rollout(worlds, run_id="sft-run", decisions=3)

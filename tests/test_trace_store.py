@@ -49,11 +49,6 @@ SEED_COLUMNS = {
 SESSION_TABLES = ("session_traces", "session_timesteps", "events", "messages", "outcome_rewards", "event_rewards")
 
 
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
 @pytest.fixture(scope="module")
 def result(worlds: WorldFactory) -> RolloutResult:
     return rollout(worlds, run_id="store-run", decisions=6)

@@ -18,6 +18,7 @@ A 200 whose body is not JSON is *not* retried and *not* an error: `ChatResult.bo
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import json
 import logging
@@ -403,15 +404,16 @@ class InferenceClient:
             )
         chunks: list[bytes] = []
         size = 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > limit:
-                if truncate:
-                    chunks.append(chunk[: len(chunk) - (size - limit)])
-                    break
-                raise PolicyError(
-                    f"the model's answer exceeded {limit} bytes; stopped reading",
-                    code="inference_response_too_large",
-                )
-            chunks.append(chunk)
+        async with contextlib.aclosing(response.aiter_bytes()) as stream:
+            async for chunk in stream:
+                size += len(chunk)
+                if size > limit:
+                    if truncate:
+                        chunks.append(chunk[: len(chunk) - (size - limit)])
+                        break
+                    raise PolicyError(
+                        f"the model's answer exceeded {limit} bytes; stopped reading",
+                        code="inference_response_too_large",
+                    )
+                chunks.append(chunk)
         return b"".join(chunks)
