@@ -150,6 +150,8 @@ def create_app(settings: Settings) -> FastAPI:
         version="1.0.0",
         lifespan=_lifespan,
         default_response_class=JSONBytes,
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     for router in (health.router, info.router, proxy.router, rollout.router, runs.router):

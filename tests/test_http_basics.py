@@ -21,7 +21,7 @@ from task_app.crafter import ACTIONS
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")
 
-SAMPLES = Path("/work/shared/reference/samples")
+SAMPLES = Path(__file__).resolve().parent / "samples"
 # Routes anyone may call. FastAPI's docs routes are public when enabled: the schema is the public
 # contract and carries no secret (see the report on whether to keep them enabled in production).
 PUBLIC_PATHS = frozenset(

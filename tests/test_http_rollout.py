@@ -31,7 +31,7 @@ from task_app.contracts import ErrorResponse, RolloutResponse
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")
 
-SAMPLES = Path("/work/shared/reference/samples")
+SAMPLES = Path(__file__).resolve().parent / "samples"
 WAIT_S = 10.0  # upper bound for polling loops; they normally finish in milliseconds
 PROMPT_S = 2.5  # "promptly": an aborted / capped / deadline-bound request answers within this
 POLICY_KEY = "pk-ZwQxRtYuVmNbKjHg"  # a caller's own model key (policy.config.api_key)

@@ -29,7 +29,7 @@ from task_app.settings import Settings
 from task_app.tracing import build_compact_trace, build_session_trace, build_trace_payload, outcome_reward
 from task_app.tracing.rewards import event_rewards
 
-SAMPLES = Path("/work/shared/reference/samples")
+SAMPLES = Path(__file__).resolve().parent / "samples"
 MODEL = "fake-model-7b"
 INFERENCE_URL = "http://127.0.0.1:9/v1/chat/completions?cid=trace_fake_cid"
 USEFUL_ACTIONS = ("move_left", "move_right", "move_up", "move_down", "do", "do", "noop")
