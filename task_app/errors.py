@@ -1,6 +1,7 @@
 """The exception hierarchy of the task app, free of HTTP machinery.
 
     TaskAppError                      status, code, message, details
+    ├── BadRequest           400      a request this app does not serve (e.g. streaming)
     ├── InvalidRequest       422      a client mistake in the body or query
     │   └── UnknownName      422      env_name / policy_name we do not serve
     ├── PayloadTooLarge      413
@@ -30,6 +31,11 @@ class TaskAppError(Exception):
         if code is not None:
             self.code = code
         self.details = details
+
+
+class BadRequest(TaskAppError):
+    status = 400
+    code = "bad_request"
 
 
 class InvalidRequest(TaskAppError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -28,6 +29,46 @@ _OWN_VARIABLES = (
     "OPENAI_API_KEY",
     "GROQ_API_KEY",
 )
+
+
+LOOPBACK = {"127.0.0.1", "::1", "localhost"}
+
+
+class NonLoopbackConnection(RuntimeError):
+    """A test tried to reach something beyond this machine's loopback."""
+
+
+@pytest.fixture(autouse=True)
+def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """Every test: connections and name lookups beyond loopback raise, and are recorded in case one was
+    swallowed (the suite's network traffic goes to 127.0.0.1 only)."""
+    attempts: list[Any] = []
+    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+    real_getaddrinfo = socket.getaddrinfo
+
+    def check(address: Any) -> None:
+        if isinstance(address, tuple) and address[0] not in LOOPBACK:
+            attempts.append(address)
+            raise NonLoopbackConnection(f"test tried to reach {address!r}")
+
+    def connect(self: socket.socket, address: Any) -> None:
+        check(address)
+        real_connect(self, address)
+
+    def connect_ex(self: socket.socket, address: Any) -> int:
+        check(address)
+        return real_connect_ex(self, address)
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if host is not None and str(host) not in LOOPBACK:
+            check((str(host), 0))
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    yield attempts
+    assert not attempts, f"non-loopback connections attempted: {attempts}"
 
 
 @pytest.fixture(autouse=True)

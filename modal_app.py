@@ -1,0 +1,353 @@
+"""The Crafter task app on Modal: `modal deploy modal_app.py` (docs/deploy.md says how to call and tune it).
+
+    image   debian_slim(3.11) ─ uv pip install <pyproject dependencies> ─ numba cache warmed at build
+            ─ env: the deploy knobs below + TASKAPP_RUBRICS_DIR, TASKAPP_MAX_TIME_S, TASKAPP_MAX_CONCURRENT_ROLLOUTS
+            ─ /root/task_app, /root/rubrics, /root/pyproject.toml (the same layout as the checkout)
+    secrets <env secret> (ENVIRONMENT_API_KEY) + openai-api-key (OPENAI_API_KEY) + groq-api-key (GROQ_API_KEY)
+    volume  /traces: one SQLite file per container, /traces/traces/<task id>.db
+    class   CrafterTaskApp: @modal.concurrent; enter(snap=True) imports and JIT-compiles before the memory
+            snapshot; the asgi_app factory runs after restore, so the container's task id, secrets and
+            settings are the live ones.
+
+Deploy-time knobs are environment variables of the deploying shell (TASKAPP_MODAL_*, see `DeployConfig`).
+They are also written into the image environment, so this module evaluates to the same objects (the
+same secrets, in the same order) when Modal imports it again inside the container.
+
+Traces on a network volume: SQLite's WAL and locking are not safe on Modal Volumes (and Modal commits
+volumes in the background at arbitrary moments), so the live database stays on the container's local
+disk, where the app's single writer uses WAL. Every `commit_interval_s` (only when it changed) and at
+shutdown, `TraceSync` copies a consistent snapshot with SQLite's online backup API into a local staging
+file, copies that onto the volume under a temporary name, renames it into place (readers never see a
+half-written file, and the file on the volume is a plain rollback-journal database with no -wal/-shm
+companions) and commits the volume. A container killed hard loses at most one interval of traces; the
+trainer has each rollout in its response anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import socket
+import sqlite3
+import tomllib
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager, closing
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import modal
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+logger = logging.getLogger("modal_app")
+
+ROOT = Path(__file__).resolve().parent
+REMOTE_ROOT = "/root"  # on PYTHONPATH in Modal containers, and where this file is mounted
+REMOTE_PACKAGE = f"{REMOTE_ROOT}/task_app"
+REMOTE_RUBRICS = f"{REMOTE_ROOT}/rubrics"  # = task_app.rubrics.default_rubrics_dir() in the image
+TRACES_MOUNT = "/traces"
+VOLUME_TRACES_DIR = Path(TRACES_MOUNT) / "traces"
+LIVE_TRACES_DIR = Path("/tmp/task-app-traces")  # the container's local disk
+# Local files that never go into the image.
+IGNORE = [
+    "**/__pycache__",
+    "**/__pycache__/**",
+    "**/*.pyc",
+    "**/.env",
+    "**/.env.*",
+    "**/*.db",
+    "**/*.db-*",
+    "**/.venv",
+    "**/.venv/**",
+    "**/venv",
+    "**/venv/**",
+    "**/.*_cache",
+    "**/.*_cache/**",
+    "**/.git",
+    "**/.git/**",
+    "**/.DS_Store",
+]
+# Generating one small world at build time compiles opensimplex's numba kernels into numba's on-disk
+# cache inside the image (a container on a different CPU model just recompiles once).
+WARM_NUMBA_CACHE = "python -c 'import crafter; crafter.Env(area=(16, 16), length=10, seed=0).reset()'"
+TIMEOUT_MARGIN_S = 300  # function timeout beyond the longest rollout: final inference call, trace write
+MODAL_MAX_TIMEOUT_S = 86_400
+VENDOR_KEYS = {"openai": "OPENAI_API_KEY", "groq": "GROQ_API_KEY"}
+
+
+# --- deploy-time configuration -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DeployConfig:
+    """Knobs read from the deploying shell; each field is `TASKAPP_MODAL_<FIELD>` (max_time_s: TASKAPP_MAX_TIME_S)."""
+
+    app_name: str = "grpo-crafter-task-app"
+    label: str = ""  # URL: https://<workspace>--<label>.modal.run; empty: the app name
+    env_secret: str = "crafter-environment-api-key"  # holds ENVIRONMENT_API_KEY (+ optional TASKAPP_* settings)
+    openai_secret: str = "openai-api-key"
+    groq_secret: str = "groq-api-key"
+    vendor_secrets: str = "openai,groq"  # which vendor secrets to attach; "none" for a deployment without proxies
+    volume: str = "crafter-task-app-traces"
+    min_containers: int = 0
+    max_containers: int = 10
+    buffer_containers: int = 0
+    scaledown_window_s: int = 300
+    max_inputs: int = 64  # concurrent requests (rollouts + health/info calls) per container
+    target_inputs: int = 48  # what the autoscaler aims for; bursts go up to max_inputs
+    cpu: float = 2.0
+    memory_mb: int = 4096
+    max_time_s: int = 3600  # the app's TASKAPP_MAX_TIME_S, the longest rollout it accepts
+    timeout_s: int = 0  # 0: max_time_s + TIMEOUT_MARGIN_S
+    memory_snapshot: bool = True
+    commit_interval_s: int = 60
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> DeployConfig:
+        values: dict[str, Any] = {}
+        for field in fields(cls):
+            name = "TASKAPP_MAX_TIME_S" if field.name == "max_time_s" else f"TASKAPP_MODAL_{field.name.upper()}"
+            raw = environ.get(name)
+            if raw is None or raw.strip() == "":
+                continue
+            values[field.name] = _parse(name, raw.strip(), type(getattr(cls, field.name)))
+        return cls(**values).validated()
+
+    def validated(self) -> DeployConfig:
+        timeout = self.timeout_s or self.max_time_s + TIMEOUT_MARGIN_S
+        problems = [
+            message
+            for failed, message in (
+                (self.max_time_s < 1, "TASKAPP_MAX_TIME_S must be at least 1"),
+                (
+                    not self.max_time_s < timeout <= MODAL_MAX_TIMEOUT_S,
+                    f"TASKAPP_MODAL_TIMEOUT_S must exceed TASKAPP_MAX_TIME_S and be at most {MODAL_MAX_TIMEOUT_S}",
+                ),
+                (
+                    not 0 <= self.min_containers <= self.max_containers,
+                    "need 0 <= TASKAPP_MODAL_MIN_CONTAINERS <= TASKAPP_MODAL_MAX_CONTAINERS",
+                ),
+                (self.buffer_containers < 0, "TASKAPP_MODAL_BUFFER_CONTAINERS must be >= 0"),
+                (not 2 <= self.scaledown_window_s <= 3600, "TASKAPP_MODAL_SCALEDOWN_WINDOW_S must be in [2, 3600]"),
+                (
+                    not 1 <= self.target_inputs <= self.max_inputs,
+                    "need 1 <= TASKAPP_MODAL_TARGET_INPUTS <= TASKAPP_MODAL_MAX_INPUTS",
+                ),
+                (
+                    self.cpu <= 0 or self.memory_mb < 512,
+                    "need TASKAPP_MODAL_CPU > 0 and TASKAPP_MODAL_MEMORY_MB >= 512",
+                ),
+                (self.commit_interval_s < 5, "TASKAPP_MODAL_COMMIT_INTERVAL_S must be >= 5"),
+                (set(self.vendors) - set(VENDOR_KEYS), "TASKAPP_MODAL_VENDOR_SECRETS takes openai, groq or none"),
+            )
+            if failed
+        ]
+        if problems:
+            raise ValueError("invalid deploy configuration: " + "; ".join(problems))
+        return DeployConfig(**{**asdict(self), "timeout_s": timeout, "label": self.label or self.app_name})
+
+    @property
+    def vendors(self) -> tuple[str, ...]:
+        names = [part.strip().lower() for part in self.vendor_secrets.split(",") if part.strip()]
+        return () if names == ["none"] else tuple(dict.fromkeys(names))
+
+    def image_env(self) -> dict[str, str]:
+        """The knobs (so the container rebuilds the same objects) and the settings they imply for the app."""
+        env = {
+            f"TASKAPP_MODAL_{key.upper()}": _text(value) for key, value in asdict(self).items() if key != "max_time_s"
+        }
+        env.update(
+            TASKAPP_MAX_TIME_S=str(self.max_time_s),
+            # Modal never sends a container more than max_inputs requests, so the app's own cap never 429s below it.
+            TASKAPP_MAX_CONCURRENT_ROLLOUTS=str(self.max_inputs),
+            TASKAPP_RUBRICS_DIR=REMOTE_RUBRICS,
+        )
+        return env
+
+
+def _parse(name: str, raw: str, kind: type) -> Any:
+    if kind is bool:
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"{name} must be a boolean (1/0, true/false), got {raw!r}")
+    try:
+        return kind(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be {kind.__name__}, got {raw!r}") from exc
+
+
+def _text(value: Any) -> str:
+    return ("1" if value else "0") if isinstance(value, bool) else str(value)
+
+
+# --- the image, secrets, volume ------------------------------------------------------------------
+
+
+def python_dependencies(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
+    """The project's runtime requirements, exactly as pinned in pyproject.toml."""
+    with pyproject.open("rb") as handle:
+        return list(tomllib.load(handle)["project"]["dependencies"])
+
+
+def build_image(config: DeployConfig, root: Path = ROOT) -> modal.Image:
+    return (
+        modal.Image.debian_slim(python_version="3.11")
+        .uv_pip_install(*python_dependencies(root / "pyproject.toml"))
+        .run_commands(WARM_NUMBA_CACHE)
+        .env(config.image_env())
+        .add_local_dir(root / "task_app", REMOTE_PACKAGE, ignore=IGNORE)
+        .add_local_dir(root / "rubrics", REMOTE_RUBRICS, ignore=IGNORE)
+        .add_local_file(root / "pyproject.toml", f"{REMOTE_ROOT}/pyproject.toml")
+    )
+
+
+def build_secrets(config: DeployConfig) -> list[modal.Secret]:
+    secrets = [modal.Secret.from_name(config.env_secret, required_keys=["ENVIRONMENT_API_KEY"])]
+    names = {"openai": config.openai_secret, "groq": config.groq_secret}
+    for vendor in config.vendors:
+        secrets.append(modal.Secret.from_name(names[vendor], required_keys=[VENDOR_KEYS[vendor]]))
+    return secrets
+
+
+CONFIG = DeployConfig.from_environ()
+image = build_image(CONFIG)
+traces_volume = modal.Volume.from_name(CONFIG.volume, create_if_missing=True)
+app = modal.App(CONFIG.app_name)
+
+
+# --- traces: live on local disk, consistent copies on the volume ----------------------------------
+
+Commit = Callable[[], Awaitable[None]]
+
+
+class TraceSync:
+    """Copies the live trace database to the volume as one consistent file, then commits the volume."""
+
+    def __init__(self, live: Path, target: Path, commit: Commit | None, interval_s: float) -> None:
+        self.live, self.target, self.commit, self.interval_s = live, target, commit, interval_s
+        self.copies = 0
+        self._last: tuple[int, ...] | None = None
+
+    def _signature(self) -> tuple[int, ...]:
+        parts: list[int] = []
+        for path in (self.live, self.live.with_name(self.live.name + "-wal")):
+            stat = path.stat() if path.exists() else None
+            parts += [stat.st_mtime_ns, stat.st_size] if stat else [0, 0]
+        return tuple(parts)
+
+    def copy(self) -> bool:
+        """Blocking: snapshot the live database onto the volume if it changed since the last copy."""
+        if not self.live.exists():
+            return False
+        signature = self._signature()
+        if signature == self._last:
+            return False
+        staging = self.live.with_name(self.live.stem + ".snapshot")
+        staging.unlink(missing_ok=True)
+        with closing(sqlite3.connect(self.live)) as source, closing(sqlite3.connect(staging)) as copy:
+            source.backup(copy)  # one step: a single read transaction, consistent even while the app writes
+            copy.execute("PRAGMA journal_mode=DELETE")  # the copy is a self-contained file: no -wal/-shm for readers
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.target.with_name(f".{self.target.name}.partial")
+        shutil.copyfile(staging, partial)
+        os.replace(partial, self.target)
+        staging.unlink()
+        self._last = signature
+        self.copies += 1
+        return True
+
+    async def sync(self) -> None:
+        if await anyio.to_thread.run_sync(self.copy) and self.commit is not None:
+            await self.commit()
+
+    async def sync_logged(self) -> None:
+        try:
+            await self.sync()
+        except (OSError, sqlite3.Error, RuntimeError, modal.exception.Error) as exc:
+            logger.warning("copying traces to the volume failed: %s", exc, exc_info=True)
+
+    async def run(self) -> None:
+        while True:
+            await anyio.sleep(self.interval_s)
+            await self.sync_logged()
+
+
+def attach_trace_sync(web_app: FastAPI, sync: TraceSync) -> None:
+    """Run `sync` every interval while the app serves, and once more after its lifespan closed the store."""
+    inner = web_app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(application: Any) -> AsyncIterator[Any]:
+        try:
+            async with inner(application) as state, anyio.create_task_group() as tasks:
+                tasks.start_soon(sync.run)
+                yield state
+                tasks.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):  # the last copy happens even when shutdown is cancelled
+                await sync.sync_logged()
+
+    web_app.router.lifespan_context = lifespan
+
+
+def container_name(environ: Mapping[str, str] = os.environ) -> str:
+    """This container's id (MODAL_TASK_ID, set anew on every snapshot restore), safe as a file name."""
+    raw = environ.get("MODAL_TASK_ID") or f"local-{socket.gethostname()}-{os.getpid()}"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", raw)[:120]
+
+
+# --- the container -------------------------------------------------------------------------------
+
+
+def warm_up() -> None:
+    """The heavy imports, and numba's kernels compiled (or loaded from the image's cache) by one small world."""
+    import task_app.server  # noqa: F401 - fastapi, pydantic models, crafter, numpy, numba, aiosqlite, httpx
+    from task_app.crafter import WorldFactory
+
+    WorldFactory(cache_size=0).warm_up()
+
+
+def build_app(commit: Commit | None = None) -> FastAPI:
+    """The task app of this container: settings from the environment, its own trace database."""
+    from task_app.server import create_app
+    from task_app.settings import Settings
+
+    name = container_name()
+    live = LIVE_TRACES_DIR / f"{name}.db"
+    settings = Settings(traces_db=live)
+    web_app = create_app(settings)
+    if settings.tracing_enabled:
+        attach_trace_sync(web_app, TraceSync(live, VOLUME_TRACES_DIR / f"{name}.db", commit, CONFIG.commit_interval_s))
+    return web_app
+
+
+@app.cls(
+    image=image,
+    secrets=build_secrets(CONFIG),
+    volumes={TRACES_MOUNT: traces_volume},
+    timeout=CONFIG.timeout_s,
+    cpu=CONFIG.cpu,
+    memory=CONFIG.memory_mb,
+    min_containers=CONFIG.min_containers,
+    max_containers=CONFIG.max_containers,
+    buffer_containers=CONFIG.buffer_containers,
+    scaledown_window=CONFIG.scaledown_window_s,
+    enable_memory_snapshot=CONFIG.memory_snapshot,
+)
+@modal.concurrent(max_inputs=CONFIG.max_inputs, target_inputs=CONFIG.target_inputs)
+class CrafterTaskApp:
+    @modal.enter(snap=True)
+    def warm(self) -> None:
+        warm_up()
+
+    @modal.asgi_app(label=CONFIG.label)
+    def fastapi_app(self) -> FastAPI:
+        # Outside a Modal container (`.local()`) there is no volume to commit.
+        return build_app(commit=None if modal.is_local() else traces_volume.commit.aio)

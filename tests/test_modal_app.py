@@ -1,0 +1,510 @@
+"""`modal_app.py`, inspected and run offline: no Modal account, no credentials, no traffic beyond loopback.
+
+How the configuration is read without a server:
+- `CrafterTaskApp().fastapi_app.info()` (public; answered locally for a function that is defined, not
+  deployed): cpu, memory, timeout, concurrency, volumes, secrets, web endpoint.
+- The exact `FunctionCreate` request `modal deploy` would send (autoscaler, memory snapshot, label, ...):
+  the class's service function is loaded against a recording stub instead of Modal's API.
+- The image: its layers' Dockerfile commands and the files each local-files layer would upload.
+- `fastapi_app.local()` builds the app in this process; it serves a rollout over real HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import re
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from dataclasses import asdict
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import anyio
+import httpx
+import modal
+import pytest
+from conftest import TEST_KEY, NonLoopbackConnection, assert_no_key_material
+from fake_model import FakeModel, tool_call
+from modal._image import _Image
+from modal._load_context import LoadContext
+from modal._utils.async_utils import synchronizer
+from modal.mount import _Mount
+from modal_proto import api_pb2
+
+from task_app.local_server import serve_in_thread
+from task_app.rubrics import RUBRIC_FILES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _import_modal_app(name: str = "modal_app") -> Any:
+    """modal_app.py lives at the repository root, which is not on sys.path under pytest: load it by path."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "modal_app.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+modal_app = _import_modal_app()
+DOCS = ROOT / "docs" / "deploy.md"
+OPENAI_KEY = "sk-proj-Zx8CvBnMqWeRtYuI"
+DEPRECATED = ("keep_warm", "concurrency_limit", "allow_concurrent_inputs", "container_idle_timeout",
+              "modal.Mount", "copy_local_dir", "web_endpoint", "modal.Stub")  # fmt: skip
+
+
+# --- offline guards --------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch: pytest.MonkeyPatch, loopback_only: list[Any]) -> list[Any]:
+    """No Modal credentials; the suite-wide guard (conftest) refuses traffic beyond loopback."""
+    for name in list(os.environ):
+        if name.startswith("MODAL_"):
+            monkeypatch.delenv(name)
+    assert modal.config.config.get("token_id") is None
+    assert modal.config.config.get("token_secret") is None
+    return loopback_only
+
+
+def test_the_guard_refuses_the_internet(offline: list[Any]) -> None:
+    with pytest.raises(NonLoopbackConnection):
+        socket.create_connection(("192.0.2.1", 443), timeout=1)
+    with pytest.raises(NonLoopbackConnection):
+        socket.getaddrinfo("api.modal.com", 443)
+    offline.clear()
+
+
+# --- inspection helpers ----------------------------------------------------------------------------
+
+
+class _Captured(Exception):
+    pass
+
+
+class _RecordingStub:
+    def __init__(self) -> None:
+        self.requests: list[Any] = []
+
+    async def FunctionCreate(self, request: Any, **_: Any) -> Any:  # noqa: N802 - Modal's RPC name
+        self.requests.append(request)
+        raise _Captured
+
+
+class _RecordingClient:
+    def __init__(self) -> None:
+        self._stub = _RecordingStub()
+
+
+@contextmanager
+def fresh_modal_app() -> Iterator[Any]:
+    """A separate copy of the module, for tests that hydrate its objects with fake ids."""
+    try:
+        yield _import_modal_app("modal_app_disposable")
+    finally:
+        sys.modules.pop("modal_app_disposable", None)
+
+
+def function_create_request(module: Any) -> tuple[Any, dict[str, Any]]:
+    """The `FunctionCreate` request deploying `module.CrafterTaskApp` would send, and fake object id → dependency."""
+    service = synchronizer._translate_in(module.CrafterTaskApp)._get_class_service_function()
+    client = _RecordingClient()
+    by_id: dict[str, Any] = {}
+    for index, dependency in enumerate(service._deps()):
+        object_id = f"{dependency._type_prefixes[0]}-offline{index}"
+        metadata = api_pb2.MountHandleMetadata() if isinstance(dependency, _Mount) else None
+        dependency._hydrate(object_id, client, metadata)
+        by_id[object_id] = dependency
+    context = LoadContext(client=client, app_id="ap-offline", environment_name="main")  # type: ignore[arg-type]
+    with pytest.raises(_Captured):
+        asyncio.run(service._load(service, None, context, None))
+    (request,) = client._stub.requests
+    return request.function, by_id
+
+
+def image_layers(image: modal.Image) -> list[dict[str, Any]]:
+    """The image's layers, base first: Dockerfile commands or (local file, remote path) uploads."""
+    layers: list[dict[str, Any]] = []
+    node: Any = synchronizer._translate_in(image)
+    builder = modal.config.config.get("image_builder_version") or "2025.06"
+    while node is not None:
+        closure = inspect.getclosurevars(node._load).nonlocals
+        dependencies = node._deps()
+        if closure.get("dockerfile_function") is not None:
+            layers.append({"commands": closure["dockerfile_function"](builder).commands})
+        for mount in (dependency for dependency in dependencies if isinstance(dependency, _Mount)):
+            files = [
+                (Path(local), str(remote)) for entry in mount.entries for local, remote in entry.get_files_to_upload()
+            ]
+            layers.append({"files": sorted(files, key=lambda pair: pair[1])})
+        bases = [dependency for dependency in dependencies if isinstance(dependency, _Image)]
+        node = bases[0] if bases else None
+    return layers[::-1]
+
+
+def image_env(layers: list[dict[str, Any]]) -> dict[str, str]:
+    commands = [command for layer in layers for command in layer.get("commands", ())]
+    return dict(command[4:].split("=", 1) for command in commands if command.startswith("ENV "))
+
+
+def uploads(layers: list[dict[str, Any]]) -> dict[str, Path]:
+    return {remote: local for layer in layers for local, remote in layer.get("files", ())}
+
+
+def documented_defaults() -> dict[str, str]:
+    rows = re.findall(r"^\| `(TASKAPP_[A-Z_]+)` \| `([^`]*)` \|", DOCS.read_text(), flags=re.MULTILINE)
+    return dict(rows)
+
+
+def _config_variable(field: str) -> str:
+    return "TASKAPP_MAX_TIME_S" if field == "max_time_s" else f"TASKAPP_MODAL_{field.upper()}"
+
+
+# --- the module ------------------------------------------------------------------------------------
+
+
+def test_module_imports_offline_without_deprecated_apis() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            module = _import_modal_app("modal_app_fresh_import")
+        finally:
+            sys.modules.pop("modal_app_fresh_import", None)
+    assert isinstance(module.app, modal.App)
+    assert isinstance(module.CrafterTaskApp, modal.Cls)
+    source = (ROOT / "modal_app.py").read_text()
+    for name in DEPRECATED:
+        assert name not in source, name
+    assert "os.environ" not in (ROOT / "task_app" / "server.py").read_text()
+
+
+def test_function_info_shows_resources_secrets_volume_and_concurrency() -> None:
+    config = modal_app.CONFIG
+    info = modal_app.CrafterTaskApp().fastapi_app.info()
+    assert (info.cpu, info.memory_mib) == (2.0, 4096)
+    assert info.timeout == config.timeout_s == 3900 > config.max_time_s == 3600
+    assert info.concurrency_info is not None
+    assert (info.concurrency_info.max_inputs, info.concurrency_info.target_inputs) == (64, 48)
+    assert {path: mount.name for path, mount in info.volumes.items()} == {"/traces": "crafter-task-app-traces"}
+    assert info.secrets == [
+        "modal.Secret.from_name('crafter-environment-api-key')",
+        "modal.Secret.from_name('openai-api-key')",
+        "modal.Secret.from_name('groq-api-key')",
+    ]
+    assert info.method_names == ["fastapi_app"]
+
+
+def test_deploy_request_carries_autoscaling_snapshot_and_label() -> None:
+    config = modal_app.CONFIG
+    with fresh_modal_app() as module:
+        function, by_id = function_create_request(module)
+    scaling = function.autoscaler_settings
+    assert (scaling.min_containers, scaling.max_containers, scaling.buffer_containers, scaling.scaledown_window) == (
+        config.min_containers, config.max_containers, config.buffer_containers, config.scaledown_window_s,
+    )  # fmt: skip
+    assert (config.min_containers, config.max_containers, config.buffer_containers) == (0, 10, 0)
+    assert function.timeout_secs == config.timeout_s
+    assert (function.max_concurrent_inputs, function.target_concurrent_inputs) == (64, 48)
+    assert function.checkpointing_enabled is True  # enable_memory_snapshot
+    assert (function.resources.milli_cpu, function.resources.memory_mb) == (2000, 4096)
+    webhook = function.method_definitions["fastapi_app"].webhook_config
+    assert webhook.type == api_pb2.WEBHOOK_TYPE_ASGI_APP
+    assert webhook.requested_suffix == config.label == "grpo-crafter-task-app"
+    assert [(mount.mount_path, mount.allow_background_commits) for mount in function.volume_mounts] == [
+        ("/traces", True)
+    ]
+    assert isinstance(by_id[function.volume_mounts[0].volume_id], modal._object._Object)
+    secrets = [repr(synchronizer._translate_out(by_id[secret_id])) for secret_id in function.secret_ids]
+    assert [re.sub(r".*'(.*)'.*", r"\1", text) for text in secrets] == [
+        "crafter-environment-api-key", "openai-api-key", "groq-api-key",
+    ]  # fmt: skip
+
+
+def test_documented_defaults_are_the_deployed_ones() -> None:
+    documented = documented_defaults()
+    defaults = modal_app.DeployConfig.from_environ({})
+    assert defaults == modal_app.CONFIG
+    expected = {_config_variable(field): modal_app._text(value) for field, value in asdict(defaults).items()}
+    assert documented == expected
+    text = DOCS.read_text()
+    for needle in ("/root/task_app", "/root/rubrics", "/traces", "follow_redirects", "X-API-Key", "303",
+                   "modal serve modal_app.py", "modal deploy modal_app.py", "https://<workspace>--<label>.modal.run",
+                   "modal secret create crafter-environment-api-key", "modal secret create openai-api-key",
+                   "modal secret create groq-api-key"):  # fmt: skip
+        assert needle in text, needle
+
+
+# --- deploy-time knobs -----------------------------------------------------------------------------
+
+
+def test_knobs_from_the_environment() -> None:
+    config = modal_app.DeployConfig.from_environ(
+        {
+            "TASKAPP_MODAL_APP_NAME": "crafter-staging",
+            "TASKAPP_MODAL_VENDOR_SECRETS": "groq",
+            "TASKAPP_MODAL_GROQ_SECRET": "groq-staging",
+            "TASKAPP_MODAL_MAX_CONTAINERS": "3",
+            "TASKAPP_MODAL_MEMORY_SNAPSHOT": "false",
+            "TASKAPP_MAX_TIME_S": "600",
+            "TASKAPP_MODAL_CPU": " ",
+        }
+    )
+    assert (config.label, config.max_containers, config.memory_snapshot) == ("crafter-staging", 3, False)
+    assert (config.timeout_s, config.cpu) == (900, 2.0)
+    secrets = [repr(secret) for secret in modal_app.build_secrets(config)]
+    assert secrets == [
+        "modal.Secret.from_name('crafter-environment-api-key')",
+        "modal.Secret.from_name('groq-staging')",
+    ]
+    without = modal_app.DeployConfig.from_environ({"TASKAPP_MODAL_VENDOR_SECRETS": "none"})
+    assert [repr(secret) for secret in modal_app.build_secrets(without)] == [
+        "modal.Secret.from_name('crafter-environment-api-key')"
+    ]
+
+
+@pytest.mark.parametrize(
+    "environ",
+    [
+        {"TASKAPP_MODAL_MAX_CONTAINERS": "many"},
+        {"TASKAPP_MODAL_MEMORY_SNAPSHOT": "maybe"},
+        {"TASKAPP_MODAL_MIN_CONTAINERS": "5", "TASKAPP_MODAL_MAX_CONTAINERS": "2"},
+        {"TASKAPP_MODAL_TARGET_INPUTS": "100"},
+        {"TASKAPP_MODAL_TIMEOUT_S": "3600"},
+        {"TASKAPP_MAX_TIME_S": "90000"},
+        {"TASKAPP_MODAL_SCALEDOWN_WINDOW_S": "1"},
+        {"TASKAPP_MODAL_VENDOR_SECRETS": "openai,anthropic"},
+    ],
+)
+def test_bad_knobs_fail_the_deploy(environ: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match="TASKAPP_"):
+        modal_app.DeployConfig.from_environ(environ)
+
+
+def test_the_image_environment_reproduces_the_config_in_the_container() -> None:
+    """Modal imports modal_app again in the container; with the image's env it must build the same objects."""
+    for environ in (
+        {},
+        {"TASKAPP_MODAL_VENDOR_SECRETS": "none", "TASKAPP_MAX_TIME_S": "1200", "TASKAPP_MODAL_LABEL": "x"},
+    ):
+        config = modal_app.DeployConfig.from_environ(environ)
+        assert modal_app.DeployConfig.from_environ(config.image_env()) == config
+    env = modal_app.CONFIG.image_env()
+    assert env["TASKAPP_RUBRICS_DIR"] == modal_app.REMOTE_RUBRICS == "/root/rubrics"
+    assert env["TASKAPP_MAX_TIME_S"] == "3600"
+    assert env["TASKAPP_MAX_CONCURRENT_ROLLOUTS"] == "64"
+
+
+# --- the image -------------------------------------------------------------------------------------
+
+
+def test_image_build_steps_and_added_folders() -> None:
+    layers = image_layers(modal_app.image)
+    commands = [layer["commands"] for layer in layers if "commands" in layer]
+    assert re.fullmatch(r"FROM python:3\.11\.\d+-slim-\w+", commands[0][0])
+    install = next(command for layer in commands for command in layer if "uv pip install" in command)
+    dependencies = modal_app.python_dependencies()
+    assert dependencies and any(item.startswith("crafter") for item in dependencies)
+    assert re.findall(r"'([^']+)'", install) == sorted(dependencies)
+    assert any(modal_app.WARM_NUMBA_CACHE in command for layer in commands for command in layer)
+    assert image_env(layers) == modal_app.CONFIG.image_env()
+    files = uploads(layers)
+    package = {str(path.relative_to(ROOT)) for path in (ROOT / "task_app").rglob("*.py")}
+    assert {str(files[remote].relative_to(ROOT)) for remote in files if remote.startswith("/root/task_app/")} == package
+    rubrics = {remote for remote in files if remote.startswith("/root/rubrics/")}
+    assert rubrics == {f"/root/rubrics/{name}" for name in RUBRIC_FILES.values()}
+    assert files["/root/pyproject.toml"] == ROOT / "pyproject.toml"
+    assert not [remote for remote in files if re.search(r"__pycache__|\.pyc$|\.db|/\.env", remote)]
+    # The local files are the last layers (build steps after them would rebuild on every code change).
+    assert all("files" in layer for layer in layers[-3:]) and all("files" not in layer for layer in layers[:-3])
+
+
+def test_image_leaves_out_local_clutter(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    keep = ["task_app/__init__.py", "task_app/sub/module.py", "task_app/data.json", "rubrics/a.json"]
+    clutter = ["task_app/.env", "task_app/.env.local", "task_app/__pycache__/x.cpython-311.pyc", "task_app/sub/y.pyc",
+               "task_app/traces.db", "task_app/traces.db-wal", "task_app/.venv/lib/z.py", "task_app/venv/z.py",
+               "task_app/.mypy_cache/m.json", "task_app/.pytest_cache/v", "task_app/.git/HEAD", "rubrics/.env",
+               "rubrics/old.db", "rubrics/__pycache__/r.pyc", "rubrics/.ruff_cache/x"]  # fmt: skip
+    for name in keep + clutter:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    files = uploads(image_layers(modal_app.build_image(modal_app.CONFIG, root=tmp_path)))
+    assert sorted(files) == sorted(["/root/pyproject.toml", *(f"/root/{name}" for name in keep)])
+
+
+def _materialise(layers: list[dict[str, Any]], root: Path) -> Path:
+    """Copy every file the image would receive to `root` + its remote path; return root + /root."""
+    for remote, local in uploads(layers).items():
+        target = root / PurePosixPath(remote).relative_to("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(local, target)
+    shutil.copy(ROOT / "modal_app.py", root / "root" / "modal_app.py")  # Modal mounts the entrypoint file at /root
+    return root / "root"
+
+
+PROBE = """
+import json, sys
+import modal_app, task_app.rubrics as rubrics
+from dataclasses import asdict
+from task_app.settings import Settings
+settings = Settings()
+loaded = rubrics.load_rubrics(settings.rubrics_dir)
+print(json.dumps({
+    "package": rubrics.__file__,
+    "default_dir": str(rubrics.default_rubrics_dir()),
+    "settings_dir": str(settings.rubrics_dir),
+    "same": loaded == rubrics.load_rubrics(None),
+    "config": asdict(modal_app.CONFIG),
+    "secrets": [repr(secret) for secret in modal_app.build_secrets(modal_app.CONFIG)],
+    "max_time_s": settings.max_time_s,
+}))
+"""
+
+
+def test_the_container_layout_resolves_rubrics_and_config_as_deployed(tmp_path: Path) -> None:
+    """Import modal_app and task_app from the image's file layout, with the image's environment."""
+    image_root = _materialise(image_layers(modal_app.image), tmp_path)
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("TASKAPP_", "MODAL_"))}
+    env.update(modal_app.CONFIG.image_env())
+    # The image's absolute /root is this test's image_root.
+    env["TASKAPP_RUBRICS_DIR"] = str(image_root / PurePosixPath(env["TASKAPP_RUBRICS_DIR"]).relative_to("/root"))
+    env["PYTHONPATH"] = str(image_root)
+    result = subprocess.run(
+        [sys.executable, "-W", "error", "-c", PROBE],
+        cwd=image_root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    probe = json.loads(result.stdout.strip().splitlines()[-1])
+    assert probe["package"] == str(image_root / "task_app" / "rubrics.py")
+    assert probe["default_dir"] == probe["settings_dir"] == str(image_root / "rubrics")
+    assert probe["same"] is True
+    assert probe["config"] == asdict(modal_app.CONFIG)
+    assert probe["secrets"] == [repr(secret) for secret in modal_app.build_secrets(modal_app.CONFIG)]
+    assert probe["max_time_s"] == modal_app.CONFIG.max_time_s
+
+
+# --- the app the factory builds --------------------------------------------------------------------
+
+
+def test_factory_app_serves_a_rollout_with_image_rubrics_and_synced_traces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_model: FakeModel
+) -> None:
+    image_root = _materialise(image_layers(modal_app.image), tmp_path / "image")
+    volume = tmp_path / "volume" / "traces"
+    monkeypatch.setattr(modal_app, "LIVE_TRACES_DIR", tmp_path / "local-disk")
+    monkeypatch.setattr(modal_app, "VOLUME_TRACES_DIR", volume)
+    for key, value in modal_app.CONFIG.image_env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("TASKAPP_RUBRICS_DIR", str(image_root / "rubrics"))
+    # The secrets, as Modal would inject them, and a fake OpenAI.
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", TEST_KEY)
+    monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
+    monkeypatch.setenv("TASKAPP_OPENAI_BASE_URL", fake_model.url("/v1"))
+    monkeypatch.setenv("MODAL_TASK_ID", "ta-01OFFLINE/test")
+    fake_model.default = tool_call("move_left", "do")
+
+    with pytest.warns(UserWarning, match="will not have access to the mounted Volume"):
+        web_app = modal_app.CrafterTaskApp().fastapi_app.local()
+    request = {
+        "run_id": "modal-local-1",
+        "mode": "eval",
+        "env": {"env_name": "crafter", "seed": 11, "config": {}},
+        "policy": {"policy_name": "crafter-react", "config": {"provider": "openai", "model": "gpt-4o-mini"}},
+        "ops": ["agent", "env"] * 4,
+    }
+    with (
+        serve_in_thread(web_app) as base_url,
+        httpx.Client(base_url=base_url, headers={"X-API-Key": TEST_KEY}, timeout=60.0, trust_env=False) as client,
+    ):
+        assert client.get("/health").json()["healthy"] is True
+        info = client.get("/info").json()
+        for kind, name in RUBRIC_FILES.items():
+            assert info["rubrics"][kind] == json.loads((image_root / "rubrics" / name).read_text())
+        response = client.post("/rollout", json=request)
+        assert response.status_code == 200, response.text
+        assert_no_key_material(response.text, (TEST_KEY, OPENAI_KEY))
+        assert response.json()["trajectories"][0]["length"] == 4
+        assert client.post("/rollout", json={**request, "run_id": "modal-local-2"}).status_code == 200
+        settings = web_app.state.task_app.settings
+        assert settings.traces_db == tmp_path / "local-disk" / "ta-01OFFLINE_test.db"
+        assert settings.max_concurrent_rollouts == modal_app.CONFIG.max_inputs
+    assert [record.headers["authorization"] for record in fake_model.requests] == [f"Bearer {OPENAI_KEY}"] * 8
+
+    copied = volume / "ta-01OFFLINE_test.db"  # written by the final sync at shutdown
+    assert sorted(path.name for path in volume.iterdir()) == [copied.name]  # no -wal, -shm or partial file
+    with closing(sqlite3.connect(copied)) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        rows = db.execute("SELECT session_id, metadata FROM session_traces").fetchall()
+    assert len(rows) == 2
+    assert all(run_id in json.dumps(rows) for run_id in ("modal-local-1", "modal-local-2"))
+
+
+def _write_session(db: sqlite3.Connection, name: str) -> None:
+    db.execute("INSERT INTO runs(name) VALUES (?)", (name,))
+    db.commit()
+
+
+def test_trace_sync_copies_consistent_snapshots_and_commits_only_changes(tmp_path: Path) -> None:
+    live = tmp_path / "local" / "task.db"
+    live.parent.mkdir()
+    target = tmp_path / "volume" / "traces" / "task.db"
+    commits: list[int] = []
+
+    async def commit() -> None:
+        commits.append(1)
+
+    sync = modal_app.TraceSync(live, target, commit, interval_s=0.05)
+    anyio.run(sync.sync)
+    assert (commits, target.exists()) == ([], False)  # nothing to copy yet
+
+    with closing(sqlite3.connect(live, isolation_level=None)) as writer:  # the app's writer stays open (WAL)
+        writer.execute("PRAGMA journal_mode=WAL")
+        writer.execute("CREATE TABLE runs(name TEXT)")
+        _write_session(writer, "first")
+        anyio.run(sync.sync)
+        anyio.run(sync.sync)  # unchanged: neither copied nor committed again
+        assert (sync.copies, len(commits)) == (1, 1)
+        _write_session(writer, "second")
+
+        async def periodic() -> None:
+            with anyio.move_on_after(1.0):
+                await sync.run()
+
+        anyio.run(periodic)
+        assert sync.copies == 2
+        assert len(commits) == 2
+        with closing(sqlite3.connect(target)) as copy:
+            assert [row[0] for row in copy.execute("SELECT name FROM runs")] == ["first", "second"]
+            assert copy.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    assert sorted(path.name for path in target.parent.iterdir()) == ["task.db"]
+
+
+def test_trace_sync_failures_are_logged_not_raised(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    live = tmp_path / "task.db"
+    live.write_bytes(b"this is not a database")
+    sync = modal_app.TraceSync(live, tmp_path / "volume" / "task.db", None, interval_s=60)
+    anyio.run(sync.sync_logged)
+    assert "copying traces to the volume failed" in caplog.text
+
+
+def test_container_names_are_file_safe() -> None:
+    assert modal_app.container_name({"MODAL_TASK_ID": "ta-01ABC"}) == "ta-01ABC"
+    assert modal_app.container_name({"MODAL_TASK_ID": "../../etc/passwd"}) == ".._.._etc_passwd"
+    assert re.fullmatch(r"local-[A-Za-z0-9._-]+-\d+", modal_app.container_name({}))
