@@ -1,4 +1,4 @@
-"""`task-app serve | demo | eval | traces`."""
+"""`task-app serve | demo | eval | traces | replay | view`."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from rich.console import Console
 
 from .evaluation import parse_seeds, report, rollout_request, run_rollouts
 from .local_server import serve_in_thread
+from .report import request_with_trace, write_report
 from .server import create_app
 from .settings import Settings
 from .traces_cli import add_traces_parser
+from .viewer_cli import add_viewer_parsers
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -48,11 +50,17 @@ def _demo(args: argparse.Namespace) -> int:
         rollout_request(f"demo-{seed}-{secrets.token_hex(4)}", seed, args.decisions, "crafter-scripted")
         for seed in seeds
     ]
+    report_path = None if args.no_report else (args.report or settings.traces_db.parent / "report.html")
+    if report_path is not None:
+        requests = [request_with_trace(request) for request in requests]
     console.print(f"Serving the task app locally; {len(seeds)} scripted rollouts of {args.decisions} decisions")
     with serve_in_thread(create_app(settings)) as base_url:
         rows = anyio.run(run_rollouts, base_url, api_key, requests, args.concurrency, 3700.0, console)
     report(rows, console)
     console.print(f"Traces: {settings.traces_db}", highlight=False)
+    if report_path is not None:
+        for line in write_report(rows, report_path).describe():
+            console.print(line, highlight=False, markup=False)
     return 1 if any(row.error for row in rows) else 0
 
 
@@ -71,8 +79,13 @@ def _eval(args: argparse.Namespace) -> int:
         )
         for seed in parse_seeds(args.seeds)
     ]
+    if args.report is not None:
+        requests = [request_with_trace(request) for request in requests]
     rows = anyio.run(run_rollouts, args.base_url, args.api_key, requests, args.concurrency, 3700.0, console)
     report(rows, console)
+    if args.report is not None:
+        for line in write_report(rows, args.report).describe():
+            console.print(line, highlight=False, markup=False)
     return 1 if any(row.error for row in rows) else 0
 
 
@@ -92,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--decisions", type=int, default=300)
     demo.add_argument("--concurrency", type=int, default=4)
     demo.add_argument("--traces-dir", default=None, help="directory of the trace database (default ./traces)")
+    demo.add_argument("--report", type=Path, default=None, help="HTML report (default: <traces dir>/report.html)")
+    demo.add_argument("--no-report", action="store_true", help="skip the HTML report and the episode pages")
     demo.set_defaults(run=_demo)
 
     evaluate = commands.add_parser("eval", help="run rollouts against a task app with an OpenAI-compatible model")
@@ -105,8 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--concurrency", type=int, default=8)
     evaluate.add_argument("--temperature", type=float, default=None)
     evaluate.add_argument("--policy", default="crafter-react")
+    evaluate.add_argument("--report", type=Path, default=None, help="also write an HTML report and episode pages")
     evaluate.set_defaults(run=_eval)
     add_traces_parser(commands)
+    add_viewer_parsers(commands)
     return parser
 
 

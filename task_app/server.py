@@ -25,7 +25,7 @@ from .policy.factory import PolicyFactoryBuilder
 from .recording import TraceRecorder
 from .responses import JSONBytes
 from .rollout.registry import RunRegistry
-from .routes import health, info, proxy, rollout, runs
+from .routes import health, info, proxy, rollout, runs, view
 from .rubrics import load_rubrics
 from .service import RolloutService
 from .settings import Settings
@@ -154,7 +154,7 @@ def create_app(settings: Settings) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
-    for router in (health.router, info.router, proxy.router, rollout.router, runs.router):
+    for router in (health.router, info.router, proxy.router, rollout.router, runs.router, view.router):
         app.include_router(router)
     app.add_exception_handler(TaskAppError, _task_app_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

@@ -74,6 +74,20 @@ def session_metadata(result: RolloutResult) -> dict[str, Any]:
         "stop_reason": result.stop_reason,
         "aborted": result.aborted,
         "outcome_reward": outcome_reward(result),
+        "replay": replay_settings(result),
+    }
+
+
+def replay_settings(result: RolloutResult) -> dict[str, Any]:
+    """What rebuilding the episodes needs besides the seed and each decision's executed actions
+    (`task-app replay`, the episode viewer): the world and the episode rules of the plan."""
+    plan = result.plan
+    return {
+        "area": list(plan.area),
+        "length": plan.length,
+        "max_steps_per_episode": plan.max_steps_per_episode,
+        "on_done": plan.on_done,
+        "max_actions": plan.max_actions,
     }
 
 
