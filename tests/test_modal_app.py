@@ -60,7 +60,15 @@ def _import_modal_app(name: str = "modal_app") -> Any:
 
 
 modal_app = _import_modal_app()
-DOCS = ROOT / "docs" / "deploy.md"
+README = ROOT / "README.md"
+
+
+def deploy_section() -> str:
+    """The README's deploy section: what a user with a Modal account reads."""
+    text = README.read_text()
+    start = text.index("## Deploying on Modal")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else None]
 OPENAI_KEY = "sk-proj-Zx8CvBnMqWeRtYuI"
 DEPRECATED = ("keep_warm", "concurrency_limit", "allow_concurrent_inputs", "container_idle_timeout",
               "modal.Mount", "copy_local_dir", "web_endpoint", "modal.Stub")  # fmt: skip
@@ -165,7 +173,7 @@ def uploads(layers: list[dict[str, Any]]) -> dict[str, Path]:
 
 
 def documented_defaults() -> dict[str, str]:
-    rows = re.findall(r"^\| `(TASKAPP_[A-Z_]+)` \| `([^`]*)` \|", DOCS.read_text(), flags=re.MULTILINE)
+    rows = re.findall(r"^\| `(TASKAPP_[A-Z_]+)` \| `([^`]*)` \|", deploy_section(), flags=re.MULTILINE)
     return dict(rows)
 
 
@@ -239,7 +247,7 @@ def test_documented_defaults_are_the_deployed_ones() -> None:
     assert defaults == modal_app.CONFIG
     expected = {_config_variable(field): modal_app._text(value) for field, value in asdict(defaults).items()}
     assert documented == expected
-    text = DOCS.read_text()
+    text = deploy_section()
     for needle in ("/root/task_app", "/root/rubrics", "/traces", "follow_redirects", "X-API-Key", "303",
                    "modal serve modal_app.py", "modal deploy modal_app.py", "https://<workspace>--<label>.modal.run",
                    "modal secret create crafter-environment-api-key", "modal secret create openai-api-key",
