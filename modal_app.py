@@ -1,4 +1,4 @@
-"""The Crafter task app on Modal: `modal deploy modal_app.py` (the README's deploy section says how to call and tune it).
+"""The Crafter task app on Modal: `modal deploy modal_app.py` (the README's deploy section: calling, tuning).
 
     image   debian_slim(3.11) ─ uv pip install <pyproject dependencies> ─ numba cache warmed at build
             ─ env: the deploy knobs below + TASKAPP_RUBRICS_DIR, TASKAPP_MAX_TIME_S, TASKAPP_MAX_CONCURRENT_ROLLOUTS
