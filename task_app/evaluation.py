@@ -129,7 +129,7 @@ async def run_rollouts(
 def report(rows: Sequence[EpisodeRow], console: Console) -> dict[str, float]:
     """Print the per-seed table, achievement success rates and the two summary lines."""
     table = Table(title="Rollouts")
-    for column in ("seed", "achievements", "return", "decisions", "time (s)", "stop"):
+    for column in ("seed", "achievements", "return", "steps", "time (s)", "stop"):
         table.add_column(column, justify="right" if column != "stop" else "left")
     for row in rows:
         table.add_row(
