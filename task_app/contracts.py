@@ -10,7 +10,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-RUN_ID_PATTERN = r"^[A-Za-z0-9._:-]+$"
+# Letters, digits and `._:-`, with no two dots in a row and at least one character that is not a dot:
+# "." and ".." are path names, and a run id ends up in URLs and file names (no lookahead: the pattern
+# is checked by pydantic-core's regex engine and published in the OpenAPI schema).
+RUN_ID_PATTERN = r"^\.?(?:[A-Za-z0-9_:-]+\.)*[A-Za-z0-9_:-]+\.?$"
+RUN_ID_MAX_LENGTH = 200
 
 
 class _Lenient(BaseModel):
@@ -51,7 +55,23 @@ class OpSpec(_Lenient):
 class RolloutRequest(_Lenient):
     """POST /rollout body (CONTRACT.md §2)."""
 
-    run_id: str = Field(min_length=1, max_length=200, pattern=RUN_ID_PATTERN)
+    # The OpenAPI example: the built-in scripted policy, no model needed (the fuzz test sends it).
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "examples": [
+                {
+                    "run_id": "example-scripted-1",
+                    "mode": "eval",
+                    "env": {"env_name": "crafter", "seed": 1},
+                    "policy": {"policy_name": "crafter-scripted"},
+                    "ops": ["agent", "env", "agent", "env"],
+                }
+            ]
+        },
+    )
+
+    run_id: str = Field(min_length=1, max_length=RUN_ID_MAX_LENGTH, pattern=RUN_ID_PATTERN)
     mode: Literal["rl", "eval"]
     env: EnvSpec
     policy: PolicySpec
@@ -64,7 +84,7 @@ class RolloutRequest(_Lenient):
 
 
 class AbortRequest(_Lenient):
-    run_id: str = Field(min_length=1, max_length=200, pattern=RUN_ID_PATTERN)
+    run_id: str = Field(min_length=1, max_length=RUN_ID_MAX_LENGTH, pattern=RUN_ID_PATTERN)
 
 
 # --- responses (CONTRACT.md §3), as synth-ai 0.2.x trainers validate them ----------------------
@@ -126,3 +146,54 @@ class ErrorBody(BaseModel):
 class ErrorResponse(BaseModel):
     error: ErrorBody
     detail: str
+
+
+# --- the other endpoints' answers (OpenAPI documentation; handlers return the bytes directly) ------
+
+
+class RootResponse(BaseModel):
+    """`GET /`."""
+
+    model_config = ConfigDict(extra="allow")
+    status: Literal["ok"]
+    service: str
+
+
+class HealthResponse(BaseModel):
+    """`GET /health` (200 when ready; 503 with the same shape and a `detail` when no API key is configured)."""
+
+    model_config = ConfigDict(extra="allow")
+    healthy: bool
+    service: str
+    auth: dict[str, bool]
+    storage: dict[str, Any]
+    rollouts: dict[str, int]
+    detail: str | None = None
+
+
+class RunStatusResponse(BaseModel):
+    """`GET /run/status/{run_id}`."""
+
+    model_config = ConfigDict(extra="allow")
+    run_id: str
+    status: Literal["running", "completed", "aborted", "failed"]
+    started_at: str
+    finished_at: str | None
+    progress: dict[str, Any]
+
+
+class AbortResponse(BaseModel):
+    """`POST /run/abort`: the run's status after the abort was requested."""
+
+    model_config = ConfigDict(extra="allow")
+    ok: bool
+    run_id: str
+    status: Literal["running", "completed", "aborted", "failed"]
+
+
+class DoneResponse(BaseModel):
+    """`POST /done`."""
+
+    model_config = ConfigDict(extra="allow")
+    ok: bool
+    service: str

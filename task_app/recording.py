@@ -6,20 +6,65 @@ the rollout: it is reported in `metrics.details.storage` and in `/health`.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import anyio
 
 from .rollout.engine import Offload
-from .rollout.result import RolloutResult
+from .rollout.result import DecisionRecord, RolloutResult
 from .settings import Settings
 from .tracing import STRUCTURED, SftWriter, TraceStore, build_trace_payload
+from .tracing.rows import SessionRows, SessionRowsBuilder
+from .tracing.trace import session_header, structured_step
+
+logger = logging.getLogger(__name__)
+
+
+class RolloutRows:
+    """The stored trace of one rollout, turned into rows a decision at a time as the engine records it
+    (`add` is its `on_record`), so the end of a rollout only adds the session row and commits.
+
+    `add` runs on the event loop (~0.08 ms a decision): spread over the rollout, the work no longer
+    piles up when a batch of rollouts ends together (benchmarks/ B3). A bug here never fails the
+    rollout: the rows are dropped, logged, and `finalise` builds the trace from the result instead
+    (reporting any failure in the response metadata).
+    """
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self._builder: SessionRowsBuilder | None = SessionRowsBuilder(run_id)
+
+    def add(self, result: RolloutResult, record: DecisionRecord) -> None:
+        if self._builder is None:
+            return
+        try:
+            self._builder.add_step(structured_step(result, record))
+        except Exception:  # noqa: BLE001 - never fails the rollout; logged, and finalise rebuilds the trace
+            self._drop()
+
+    def rows(self, result: RolloutResult) -> SessionRows | None:
+        if self._builder is None or len(result.records) != self._builder.steps:
+            return None
+        try:
+            return self._builder.finish(session_header(result))
+        except Exception:  # noqa: BLE001 - as in add
+            self._drop()
+            return None
+
+    def _drop(self) -> None:
+        logger.warning("trace rows failed; rebuilding them at the end", exc_info=True, extra={"run_id": self.run_id})
+        self._builder = None
 
 
 class TraceRecorder:
     def __init__(self, settings: Settings, offload: Offload[Any]) -> None:
         self.offload = offload
-        self.store = TraceStore(settings.traces_db, settings.trace_queue_size) if settings.tracing_enabled else None
+        self.store = (
+            TraceStore(settings.traces_db, settings.trace_queue_size, cache_mb=settings.traces_cache_mb)
+            if settings.tracing_enabled
+            else None
+        )
         self.sft = SftWriter(settings.sft_output_dir) if settings.sft_output_dir else None
 
     async def start(self) -> None:
@@ -37,7 +82,11 @@ class TraceRecorder:
             return {"status": "disabled"}
         return self.store.health()
 
-    async def finalise(self, result: RolloutResult) -> dict[str, Any] | None:
+    def rollout_rows(self, run_id: str) -> RolloutRows | None:
+        """Rows to fill while the rollout runs (None when nothing is stored)."""
+        return RolloutRows(run_id) if self.store is not None else None
+
+    async def finalise(self, result: RolloutResult, rows: RolloutRows | None = None) -> dict[str, Any] | None:
         """Persist the rollout (shielded from cancellation) and return the trace payload it asked for."""
         plan = result.plan
         trace = None
@@ -46,8 +95,9 @@ class TraceRecorder:
         storage: dict[str, Any] = {}
         with anyio.CancelScope(shield=True):
             if self.store is not None:
+                built = rows.rows(result) if rows is not None else None
                 stored_trace = trace if plan.return_trace and plan.trace_format == STRUCTURED else None
-                storage["trace"] = await self.store.write(result, stored_trace)
+                storage["trace"] = await self.store.write(result, stored_trace, rows=built)
             if self.sft is not None:
                 storage["sft"] = await self.sft.write(result)
         result.storage = storage or None

@@ -20,12 +20,15 @@ from starlette.requests import Request
 from .auth import check_api_key
 from .crafter import WorldFactory
 from .errors import CapacityExceeded, TaskAppError
+from .http_pool import ShardedTransport
 from .limits import BodySizeLimit
+from .loop_lag import LoopLagProbe
 from .policy.factory import PolicyFactoryBuilder
 from .recording import TraceRecorder
 from .responses import JSONBytes
 from .rollout.registry import RunRegistry
 from .routes import health, info, proxy, rollout, runs, view
+from .routes.openapi import PROTECTED, allowed_methods, errors
 from .rubrics import load_rubrics
 from .service import RolloutService
 from .settings import Settings
@@ -85,7 +88,10 @@ async def _http_error(request: Request, exc: Exception) -> JSONBytes:
         if (denied := _denied(request)) is not None:
             return await _task_app_error(request, denied)
         code = "invalid_json"
-    return JSONBytes(error_body(code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers)
+    headers = exc.headers
+    if exc.status_code == 405:  # noqa: PLR2004 - list every method of the path, not just one route's
+        headers = {**(headers or {}), "Allow": allowed_methods(request)}
+    return JSONBytes(error_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers)
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONBytes:
@@ -119,9 +125,13 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         max_connections=settings.inference_max_connections,
         max_keepalive_connections=settings.inference_max_connections,
     )
-    async with httpx.AsyncClient(timeout=timeout, limits=limits, follow_redirects=False) as http:
+    loop_lag = LoopLagProbe(settings.loop_lag_probe_s) if settings.loop_lag_probe_s > 0 else None
+    transport = ShardedTransport(limits)  # constant pool work per request at hundreds of connections
+    async with httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport, follow_redirects=False) as http:
         recorder = TraceRecorder(settings, offload)
         await recorder.start()
+        if loop_lag is not None:
+            loop_lag.start()
         try:
             registry = RunRegistry(settings.max_concurrent_rollouts, settings.run_registry_size)
             policies = PolicyFactoryBuilder(settings, http)
@@ -137,10 +147,13 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                 recorder=recorder,
                 service=service,
                 offload=offload,
+                loop_lag=loop_lag,
             )
             logger.info("task app ready: %s", settings.service_id)
             yield
         finally:
+            if loop_lag is not None:
+                await loop_lag.close()
             await recorder.close()
 
 
@@ -154,8 +167,10 @@ def create_app(settings: Settings) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
-    for router in (health.router, info.router, proxy.router, rollout.router, runs.router, view.router):
+    for router in (health.router, info.router, proxy.router, rollout.router, runs.router):
         app.include_router(router)
+    # The viewer's HTML route, with its JSON errors declared for the OpenAPI schema.
+    app.include_router(view.router, responses=errors(*PROTECTED, 404, 409, 422, html_route=True))
     app.add_exception_handler(TaskAppError, _task_app_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -16,7 +16,7 @@ import orjson
 from .contracts import RolloutRequest
 from .crafter import WorldFactory
 from .policy.base import Policy
-from .recording import TraceRecorder
+from .recording import RolloutRows, TraceRecorder
 from .rollout.control import RunStatus
 from .rollout.engine import Offload, RolloutEngine
 from .rollout.plan import RolloutPlan, build_plan
@@ -70,6 +70,7 @@ class RolloutService:
         plan, entry = admission.plan, admission.entry
         deadline = anyio.current_time() + plan.max_time_s
         status, body, policy = RunStatus.FAILED, None, None
+        rows = self.recorder.rollout_rows(plan.run_id)
         try:
             policy = self.policy_factory(plan, deadline)
             engine = RolloutEngine(
@@ -81,9 +82,10 @@ class RolloutService:
                 history_length=self.settings.history_length,
                 unusable_limit=self.settings.unusable_answers_limit,
                 deadline=deadline,
+                on_record=rows.add if rows is not None else None,
             )
             result = await engine.run()
-            body = await self._finalise(result)
+            body = await self._finalise(result, rows)
             status = RunStatus.ABORTED if result.aborted else RunStatus.COMPLETED
             return body
         finally:
@@ -91,7 +93,7 @@ class RolloutService:
             if policy is not None:
                 await policy.aclose()
 
-    async def _finalise(self, result: RolloutResult) -> bytes:
+    async def _finalise(self, result: RolloutResult, rows: RolloutRows | None) -> bytes:
         """Persist the trace (committed before we answer) and build the response bytes."""
-        trace = await self.recorder.finalise(result)
+        trace = await self.recorder.finalise(result, rows)
         return await self.offload(lambda: encode(result.response(trace)))

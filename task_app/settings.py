@@ -49,10 +49,15 @@ class Settings(BaseSettings):
     port: int = Field(default=8001, ge=0, le=65535)
     service_id: str = "grpo-crafter-task-app"
     max_concurrent_rollouts: int = Field(default=256, ge=1, le=100_000)
-    worker_threads: int = Field(default=8, ge=1, le=256)
+    # Crafter work holds the GIL, so threads add no parallelism, only contention with the event loop:
+    # 2 lets one world generation run beside the steps (benchmarks/ B3: 8 threads cost ~10 % throughput).
+    worker_threads: int = Field(default=2, ge=1, le=256)
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     math_alias_enabled: bool = True
+    loop_lag_probe_s: float = Field(
+        default=0.0, ge=0, le=60, description="event-loop lag probe interval, reported in /health (0 = off)"
+    )
 
     # --- rollouts ------------------------------------------------------------------------------
     max_ops_length: int = Field(default=20_000, ge=2, description="longest ops list accepted (422 beyond)")
@@ -90,6 +95,7 @@ class Settings(BaseSettings):
     traces_db: Path = Path("./traces/task_app.db")
     sft_output_dir: Path | None = None
     trace_queue_size: int = Field(default=1024, ge=1)
+    traces_cache_mb: int = Field(default=64, ge=1, le=65_536, description="SQLite page cache of the trace store")
     rubrics_dir: Path | None = None
 
     @field_validator("environment_api_key_aliases", "cors_origins", "inference_allowed_hosts", mode="before")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import httpx
 
 from .crafter import WorldFactory
+from .loop_lag import LoopLagProbe
 from .recording import TraceRecorder
 from .rollout.engine import Offload
 from .rollout.registry import RunRegistry
@@ -28,3 +29,4 @@ class AppState:
     recorder: TraceRecorder
     service: RolloutService
     offload: Offload[object]
+    loop_lag: LoopLagProbe | None = None  # set when TASKAPP_LOOP_LAG_PROBE_S > 0

@@ -6,6 +6,7 @@ import itertools
 import logging
 import os
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -222,6 +223,80 @@ def make_app_server(tmp_path: Path) -> Iterator[Callable[..., AppServer]]:
             return start_app_server(stack, directory, **overrides)
 
         yield start
+
+
+# --- the whole suite's logs ------------------------------------------------------------------------
+#
+# Every log record of the session, from any logger and any thread (uvicorn's non-propagating loggers
+# included), passes through `KEY_GUARD` on its way to the handlers, with `task_app` at DEBUG; the
+# session fails at the end if any record (message, exception, `extra` fields) held a 4-character piece
+# of a configured key. Servers run as child processes have their logs checked when they stop.
+# `tests/test_security.py` checks that the guard is installed and catches a leak.
+
+_RECORD_ATTRIBUTES = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+
+
+class KeyGuard:
+    def __init__(self, secrets: tuple[str, ...] = SECRETS) -> None:
+        self.secrets = secrets
+        self.checked = 0
+        self.leaks: list[str] = []
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def text_of(record: logging.LogRecord) -> str:
+        try:
+            message = record.getMessage()
+        except (TypeError, ValueError):  # a malformed %-format still has its parts checked
+            message = f"{record.msg!r} {record.args!r}"
+        parts = [message, record.exc_text or "", record.stack_info or ""]
+        if record.exc_info and record.exc_info[1] is not None:
+            parts.append(logging.Formatter().formatException(record.exc_info))
+        parts.extend(f"{name}={value!r}" for name, value in record.__dict__.items() if name not in _RECORD_ATTRIBUTES)
+        return "\n".join(parts)
+
+    def leaked(self, text: str) -> list[str]:
+        return sorted({piece for secret in self.secrets for piece in key_fragments(secret) if piece in text})
+
+    def check(self, record: logging.LogRecord) -> None:
+        text = self.text_of(record)
+        found = self.leaked(text)
+        with self._lock:
+            self.checked += 1
+            if found:
+                self.leaks.append(f"{record.name} {record.levelname}: {found} in {text[:300]!r}")
+
+
+KEY_GUARD = KeyGuard()
+_unguarded_handle = logging.Logger.handle
+
+
+def _guarded_handle(self: logging.Logger, record: logging.LogRecord) -> None:
+    KEY_GUARD.check(record)
+    _unguarded_handle(self, record)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    logging.Logger.handle = _guarded_handle  # type: ignore[method-assign]
+    logging.getLogger("task_app").setLevel(logging.DEBUG)  # every line the app can write is checked
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    logging.Logger.handle = _unguarded_handle  # type: ignore[method-assign]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if KEY_GUARD.leaks:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if KEY_GUARD.leaks:
+        terminalreporter.section("key material in log records", red=True)
+        for leak in KEY_GUARD.leaks:
+            terminalreporter.line(leak)
+    leaks = len(KEY_GUARD.leaks)
+    terminalreporter.line(f"key guard: {KEY_GUARD.checked} log records checked, {leaks} with key material")
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ The target / params / auth helpers are pure functions so the vendor proxy routes
 Retry policy (the seed retried for over an hour and never retried connection errors, defect 41):
 connection errors, timeouts, 429 and 5xx are retried with exponential backoff plus jitter, at most
 `max_attempts` times, and never past the deadline: a wait that would end after it is not started,
-and each attempt runs under `anyio.fail_after(remaining time + DEADLINE_GRACE_S)`. Any other 4xx fails at once.
+and each attempt runs under `anyio.fail_after(min(connect + read timeout, remaining time + DEADLINE_GRACE_S))`.
+Any other 4xx fails at once.
 
 A 200 whose body is not JSON is *not* retried and *not* an error: `ChatResult.body` is None and
 `ChatResult.invalid_reason` says why; the policy turns it into an unusable answer, so the engine's
@@ -32,15 +33,18 @@ from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import httpx
+import orjson
 from pydantic import SecretStr
 
 from ..errors import NotConfigured
+from ..json_codec import dumps_bytes
 from ..settings import Settings
 from .base import PolicyError
 
 logger = logging.getLogger(__name__)
 
 CHAT_PATH = "/chat/completions"
+JSON_TYPE = "application/json"
 DEFAULT_PATH = "/v1" + CHAT_PATH
 DEFAULT_MAX_TOKENS = 512  # CONTRACT §2 default
 # Reasoning models spend completion tokens on hidden reasoning; 512 would often end in an empty answer.
@@ -111,6 +115,15 @@ class InferenceTarget:
     url: str
     provider: str
     api_key: SecretStr | None = field(default=None, repr=False)
+    # Parsed once: httpx parses a str URL (and checks its host as an IP address) on every request.
+    # None when httpx refuses it; the request then fails as it always did, with the str.
+    http_url: httpx.URL | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "http_url", httpx.URL(self.url))
+        except httpx.InvalidURL:
+            pass
 
     @property
     def host(self) -> str:
@@ -266,6 +279,15 @@ def _retry_after(value: str | None) -> float | None:
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
+def _loads(raw: bytes) -> Any:
+    """`json.loads(raw)`: orjson parses strict JSON several times faster; what it refuses (NaN, a BOM,
+    UTF-16, huge ints) the stdlib still decides, so both accept exactly the same answers."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
 def _error_hint(raw: bytes) -> str:
     """A vendor's error code/type, if it is a short token. Never the message: vendors echo key prefixes."""
     try:
@@ -300,6 +322,9 @@ class InferenceClient:
         """
         started_at, start = datetime.now(UTC), anyio.current_time()
         limits = self.limits
+        # Encoded once for every attempt: the bytes httpx's `json=` would send, written by orjson.
+        content = dumps_bytes(body, allow_nan=False)
+        headers = {**target.headers(), "Content-Type": JSON_TYPE}
         attempt = 0
         while True:
             attempt += 1
@@ -309,7 +334,8 @@ class InferenceClient:
                     f"rollout deadline reached before inference attempt {attempt}", code="inference_timeout"
                 )
             try:
-                status, payload, reason = await self._attempt(target, body, remaining)
+                url = target.http_url or target.url
+                status, payload, reason = await self._attempt(url, content, headers, remaining)
             except _Retryable as failure:
                 wait = self._backoff(attempt, failure.retry_after)
                 left = self._remaining(deadline)
@@ -355,13 +381,16 @@ class InferenceClient:
         return httpx.Timeout(min(self.limits.read_timeout_s, cap), connect=connect, pool=connect)
 
     async def _attempt(
-        self, target: InferenceTarget, body: dict[str, Any], remaining: float | None
+        self, url: httpx.URL | str, content: bytes, headers: dict[str, str], remaining: float | None
     ) -> tuple[int, dict[str, Any] | None, str | None]:
         """One request: (status, parsed body or None, why the body is unusable). Raises _Retryable/PolicyError."""
         try:
-            with anyio.fail_after(None if remaining is None else remaining + DEADLINE_GRACE_S):
+            # One attempt gets at most connect + read timeout in total, so a server that drips bytes (never
+            # tripping the per-read timeout) is cut and retried like one that hangs.
+            budget = self.limits.connect_timeout_s + self.limits.read_timeout_s
+            with anyio.fail_after(budget if remaining is None else min(budget, remaining + DEADLINE_GRACE_S)):
                 async with self.http.stream(
-                    "POST", target.url, json=body, headers=target.headers(), timeout=self._timeout(remaining)
+                    "POST", url, content=content, headers=headers, timeout=self._timeout(remaining)
                 ) as response:
                     status = response.status_code
                     if not _HTTP_OK_MIN <= status <= _HTTP_OK_MAX:
@@ -377,7 +406,7 @@ class InferenceClient:
         except (httpx.TransportError, httpx.DecodingError) as exc:
             raise _Retryable(f"{type(exc).__name__}: {exc}", "inference_unavailable") from exc
         try:
-            parsed = json.loads(raw)
+            parsed = _loads(raw)
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             return status, None, "invalid_json"
         if not isinstance(parsed, dict):

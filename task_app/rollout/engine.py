@@ -2,7 +2,7 @@
 
     plan ──► world (cache or fresh, worker thread) ──► for op in ops:
                  agent: policy.decide(obs, history)          (awaited under deadline + abort)
-                 env:   game.step(actions) → rewards → record (worker thread)
+                 env:   game.step(actions) (worker thread) → rewards → record → on_record (trace rows)
                  episode over? on_done: reset (lazily, at the next op) | terminate
              ──► RolloutResult (partial when a limit stopped it)
 
@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from ..crafter import Game, WorldFactory, normalise_tool_calls
+from ..crafter import Game, Observation, WorldFactory, normalise_tool_calls
 from ..crafter.actions import NOOP, plan_from_names
 from ..policy.base import HistoryEntry, Policy, PolicyDecision, PolicyError
 from .control import RunControl
@@ -69,8 +69,10 @@ class RolloutEngine:
         history_length: int = 5,
         unusable_limit: int = 3,
         deadline: float | None = None,
+        on_record: Callable[[RolloutResult, DecisionRecord], None] | None = None,
     ) -> None:
         self.plan = plan
+        self.on_record = on_record  # called with each decision as it is recorded (trace rows)
         self.policy = policy
         self.worlds = worlds
         self.control = control or RunControl()
@@ -93,12 +95,18 @@ class RolloutEngine:
         if self.shaper is not None:
             self.result.decision_samples = []
         try:
-            await self._guarded(self._new_episode)
-            for op in self.plan.ops:
-                self._check_limits()
-                await self._guarded(self._agent if op == AGENT else self._env)
-                self.result.ops_executed += 1
-                self._publish_progress()
+            # One cancel scope for the whole loop (not one per op): the deadline and an abort cancel
+            # whichever op is in progress, and ops_executed counts only ops that completed.
+            with anyio.CancelScope(deadline=self._deadline) as scope:
+                self.control.bind(scope)
+                await self._new_episode()
+                for op in self.plan.ops:
+                    self._check_limits()
+                    await (self._agent() if op == AGENT else self._env())
+                    self.result.ops_executed += 1
+                    self._publish_progress()
+            if scope.cancelled_caught:
+                raise _Stop(STOP_ABORTED if self.control.aborted else STOP_DEADLINE)
         except _Stop as stop:
             self.result.stop_reason = stop.reason
         finally:
@@ -117,21 +125,17 @@ class RolloutEngine:
         if self._deadline is not None and anyio.current_time() >= self._deadline:
             raise _Stop(STOP_DEADLINE)
 
-    async def _guarded(self, op: Callable[[], Awaitable[None]]) -> None:
-        """Run one op under the rollout deadline, cancellable by abort."""
-        with anyio.CancelScope(deadline=self._deadline) as scope:
-            self.control.bind(scope)
-            await op()
-        if scope.cancelled_caught:
-            raise _Stop(STOP_ABORTED if self.control.aborted else STOP_DEADLINE)
-
     # --- ops ------------------------------------------------------------------------------------
 
-    async def _new_episode(self) -> None:
+    def _start_game(self) -> tuple[Game, Observation]:
+        """The world (cached or generated) and its first observation: one worker-thread job."""
         plan = self.plan
-        env = await self.offload(lambda: self.worlds.world(plan.seed, plan.area, plan.length))
+        env = self.worlds.world(plan.seed, plan.area, plan.length)
         game = Game(env, image_size=plan.image_size, decision_limit=plan.max_steps_per_episode)
-        observation = await self.offload(game.observe)
+        return game, game.observe()
+
+    async def _new_episode(self) -> None:
+        game, observation = await self.offload(self._start_game)
         self._game, self._observation, self._obs_text = game, observation, observation.text
         self._pending = None
         self._needs_reset = False
@@ -193,6 +197,8 @@ class RolloutEngine:
             record.stepwise = self.shaper.score(record.index, outcome, outcome.actions)
             self.result.decision_samples.append(record.stepwise.sample)
         self.result.records.append(record)
+        if self.on_record is not None:
+            self.on_record(self.result, record)
         self.history.append(
             HistoryEntry(record.index, tuple(outcome.actions), outcome.unlocked, outcome.reward, len(plan.rejected))
         )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
@@ -26,9 +27,11 @@ POLICY_NAMES = {"crafter-react": REACT, "crafter": REACT, "crafter-scripted": SC
 AGENT, ENV = "agent", "env"
 _OP_ALIASES = {"agent": AGENT, "policy": AGENT, "model": AGENT, "env": ENV, "environment": ENV, "step": ENV}
 _TRACE_PARAMS = ("cid", "trace", "trace_correlation_id")
+_NOT_IN_URL = re.compile(r"[\s\x00-\x1f\x7f]")  # whitespace and control characters (header injection, typos)
 DEFAULT_DECISIONS = 10
 MAX_AREA = 256
 MAX_IMAGE_SIZE = 512
+MAX_EPISODE_LENGTH = 1_000_000  # env steps; also bounds decisions per episode (each takes at least one step)
 
 
 class PolicyConfig(BaseModel):
@@ -55,7 +58,7 @@ class PolicyConfig(BaseModel):
 
 class EnvParams(BaseModel):
     model_config = ConfigDict(extra="allow")
-    max_steps_per_episode: StrictInt | None = Field(default=None, ge=1)
+    max_steps_per_episode: StrictInt | None = Field(default=None, ge=1, le=MAX_EPISODE_LENGTH)
 
 
 class EnvConfig(BaseModel):
@@ -64,7 +67,7 @@ class EnvConfig(BaseModel):
     env_params: EnvParams = Field(default_factory=EnvParams)
     difficulty: str | None = None
     area: tuple[StrictInt, StrictInt] | None = None
-    length: StrictInt | None = Field(default=None, ge=1, le=1_000_000)
+    length: StrictInt | None = Field(default=None, ge=1, le=MAX_EPISODE_LENGTH)
     step_rewards: dict[str, Any] | None = None
 
 
@@ -151,15 +154,23 @@ def normalise_ops(raw_ops: list[str | OpSpec]) -> list[str]:
 
 
 def check_inference_url(url: str, allowed_hosts: list[str]) -> None:
-    parts = urlsplit(url)
+    not_http = InvalidRequest("policy.config.inference_url must be an http(s) URL", code="invalid_inference_url")
+    url = url.strip()  # surrounding whitespace is forgiven, as chat_completions_url does
+    if _NOT_IN_URL.search(url):
+        raise not_http
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
+    except ValueError as exc:  # e.g. "http://[::1/v1" (unbalanced IPv6 bracket), "http://h:99999"
+        raise not_http from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidRequest("policy.config.inference_url must be an http(s) URL", code="invalid_inference_url")
+        raise not_http
     if parts.username or parts.password:
         raise InvalidRequest(
             "policy.config.inference_url must not carry credentials; use policy.config.api_key",
             code="invalid_inference_url",
         )
-    if allowed_hosts and parts.hostname not in allowed_hosts:
+    if allowed_hosts and parts.hostname not in {host.strip().lower() for host in allowed_hosts}:
         raise InvalidRequest(
             f"inference host {parts.hostname!r} is not in the allowed list", code="inference_host_not_allowed"
         )

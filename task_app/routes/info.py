@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
 from ..deps import AuthDep, StateDep
 from ..errors import InvalidRequest
 from ..responses import JSONBytes
+from .openapi import PROTECTED, errors, ok
 
-router = APIRouter(tags=["info"], dependencies=[AuthDep])
+router = APIRouter(tags=["info"], dependencies=[AuthDep], responses=errors(*PROTECTED))
 
 
-@router.get("/info")
+@router.get("/info", responses=ok(dict[str, Any]))
 async def info(state: StateDep) -> JSONBytes:
     return JSONBytes(state.taskset.info())
 
 
-@router.get("/task_info")
+@router.get("/task_info", responses={**ok(dict[str, Any] | list[dict[str, Any]]), **errors(422)})
 async def task_info(
     state: StateDep,
     seed: Annotated[list[int], Query()] = [],  # noqa: B006 - FastAPI copies query defaults

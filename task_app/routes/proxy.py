@@ -30,10 +30,18 @@ from ..policy.vendors import sanitised_error_body, shape_chat_body, synthesise_t
 from ..responses import JSONBytes
 from ..settings import Settings
 from ..state import AppState
+from .openapi import BODY, PROTECTED, errors, ok
+from .strict_json import StrictJSONRoute
 
 logger = logging.getLogger(__name__)
 
-router = APIRouter(prefix="/proxy", tags=["proxy"], dependencies=[AuthDep])
+router = APIRouter(
+    prefix="/proxy",
+    tags=["proxy"],
+    dependencies=[AuthDep],
+    route_class=StrictJSONRoute,
+    responses=errors(*PROTECTED, *BODY, 502, 504),
+)
 
 SYNTHESISED_HEADER = "X-Task-App-Synthesised-Tool-Call"
 _ERROR_BODY_BYTES = 4096
@@ -41,12 +49,12 @@ _HTTP_OK_MIN, _HTTP_OK_MAX = 200, 299
 ChatBody = Annotated[dict[str, Any], Body()]
 
 
-@router.post("/v1/chat/completions")
+@router.post("/v1/chat/completions", responses=ok(dict[str, Any], "the vendor's chat completion"))
 async def openai_chat_completions(body: ChatBody, state: StateDep) -> JSONBytes:
     return await _proxy(PROVIDER_OPENAI, body, state)
 
 
-@router.post("/groq/v1/chat/completions")
+@router.post("/groq/v1/chat/completions", responses=ok(dict[str, Any], "the vendor's chat completion"))
 async def groq_chat_completions(body: ChatBody, state: StateDep) -> JSONBytes:
     return await _proxy(PROVIDER_GROQ, body, state)
 

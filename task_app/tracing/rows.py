@@ -3,6 +3,7 @@
     trace dict ──session_rows()──► SessionRows ──(store: one transaction)──► SQLite
     SQLite ──(store: queries)──► rows ──session_from_rows()──► trace dict (+ outcome, event rewards)
 
+Prompt texts that repeat are stored once per session and referenced elsewhere (compact.py).
 Column conventions follow the seed's manager: JSON columns hold compact JSON, datetimes are ISO 8601
 strings, `events.cost_usd` is in cents, a message's `content` is its JSON payload (or its text when it
 has none). `event_rewards` rows hang off the step's environment event; the outcome row's
@@ -17,7 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from .calls import dumps, iso
+from .calls import dumps_value, iso
+from .compact import TextIndex, TextResolver
 
 CAIS, ENVIRONMENT = "cais", "environment"
 
@@ -44,9 +46,12 @@ INSERT_OUTCOME = (
     "INSERT INTO outcome_rewards (session_id, total_reward, achievements_count, total_steps, created_at, "
     "reward_metadata) VALUES (?, ?, ?, ?, ?, ?)"
 )
+# Joined on (session_id, timestep_id) so SQLite finds the step's events through idx_event_session_step;
+# the unary `+` keeps it off idx_event_type, which made every event reward scan every environment
+# event ever stored (inserts slowed down as the database grew: benchmarks/, B3 over repetitions).
 _ENV_EVENT_ID = (
-    "(SELECT e.id FROM events e JOIN session_timesteps t ON e.timestep_id = t.id "
-    f"WHERE t.session_id = ? AND t.step_id = ? AND e.event_type = '{ENVIRONMENT}' ORDER BY e.id LIMIT 1)"
+    "(SELECT e.id FROM events e JOIN session_timesteps t ON e.session_id = t.session_id AND e.timestep_id = t.id "
+    f"WHERE t.session_id = ? AND t.step_id = ? AND +e.event_type = '{ENVIRONMENT}' ORDER BY e.id LIMIT 1)"
 )
 INSERT_EVENT_REWARD = (
     'INSERT INTO event_rewards (event_id, session_id, message_id, turn_number, reward_value, reward_type, "key", '
@@ -75,7 +80,7 @@ class SessionRows:
 
 
 def _json(value: Any) -> str | None:
-    return None if value is None else dumps(value)
+    return None if value is None else dumps_value(value)
 
 
 def _when(epoch: float | None) -> str | None:
@@ -86,7 +91,7 @@ def _cents(cost: Any) -> int | None:
     return round(cost * 100) if isinstance(cost, int | float) else None
 
 
-def _event_row(session_id: str, step: str, event: Mapping[str, Any]) -> Row:
+def _event_row(session_id: str, step: str, event: Mapping[str, Any], texts: TextIndex) -> Row:
     time_record = event.get("time_record") or {}
     event_time = time_record.get("event_time")
     is_lm = "call_records" in event
@@ -97,7 +102,7 @@ def _event_row(session_id: str, step: str, event: Mapping[str, Any]) -> Row:
         event.get("model_name"), event.get("provider"),
         event.get("input_tokens"), event.get("output_tokens"), event.get("total_tokens"),
         _cents(event.get("cost_usd")), event.get("latency_ms"), event.get("span_id"), event.get("trace_id"),
-        _json(event.get("call_records")) if is_lm else None,
+        _json(texts.call_records(step, event.get("call_records"))) if is_lm else None,
         None if is_lm else event.get("reward"),
         None if is_lm else event.get("terminated"),
         None if is_lm else event.get("truncated"),
@@ -106,30 +111,36 @@ def _event_row(session_id: str, step: str, event: Mapping[str, Any]) -> Row:
     )  # fmt: skip
 
 
-def _message_row(session_id: str, step: str, message: Mapping[str, Any]) -> Row:
+def _message_row(session_id: str, step: str, message: Mapping[str, Any], texts: TextIndex) -> Row:
     content = message.get("content") or {}
     time_record = message.get("time_record") or {}
     event_time = time_record.get("event_time")
     body = content.get("json_payload") or content.get("text") or ""
+    if content.get("json_payload"):
+        body = texts.message_body(step, message.get("message_type"), body, content.get("text"))
     return (
         session_id, session_id, step, message.get("message_type"), body, _when(event_time), event_time,
         time_record.get("message_time"), _json(message.get("metadata")),
     )  # fmt: skip
 
 
-def session_rows(trace: Mapping[str, Any]) -> SessionRows:
-    """A full/structured SessionTrace dict as table rows (the caller writes them in one transaction)."""
-    session_id = str(trace["session_id"])
-    steps: Sequence[Mapping[str, Any]] = trace.get("session_time_steps") or []
-    metadata = dict(trace.get("metadata") or {})
-    rows = SessionRows(
-        session_id=session_id,
-        session=(
-            session_id, trace["created_at"], len(steps), len(trace.get("event_history") or []),
-            len(trace.get("markov_blanket_message_history") or []), _json(metadata),
-        ),
-    )  # fmt: skip
-    for step in steps:
+class SessionRowsBuilder:
+    """The rows of one session, a step at a time: a rollout adds each decision as it completes, so
+    only the session and outcome rows are left for its end. Repeated prompt texts are stored once per
+    session (`compact.TextIndex`)."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self._rows = SessionRows(session_id=session_id, session=())
+        self._texts = TextIndex()
+        self._steps = self._events = self._messages = 0
+
+    @property
+    def steps(self) -> int:
+        return self._steps
+
+    def add_step(self, step: Mapping[str, Any]) -> None:
+        session_id, rows, texts = self.session_id, self._rows, self._texts
         sid = str(step["step_id"])
         events, messages = step.get("events") or [], step.get("markov_blanket_messages") or []
         step_metadata = dict(step.get("step_metadata") or {})
@@ -137,22 +148,44 @@ def session_rows(trace: Mapping[str, Any]) -> SessionRows:
             (session_id, sid, step["step_index"], step.get("turn_number"), step.get("timestamp"),
              step.get("completed_at"), len(events), len(messages), _json(step_metadata))
         )  # fmt: skip
-        rows.events.extend(_event_row(session_id, sid, event) for event in events)
-        rows.messages.extend(_message_row(session_id, sid, message) for message in messages)
+        # Messages first: the step's call record refers to the texts of its messages.
+        rows.messages.extend(_message_row(session_id, sid, message, texts) for message in messages)
+        rows.events.extend(_event_row(session_id, sid, event, texts) for event in events)
         for reward in step_metadata.get("event_rewards") or []:
             rows.event_rewards.append(
                 (session_id, sid, session_id, reward.get("turn_number"), reward["reward_value"],
                  reward.get("reward_type"), reward.get("key"), _json(reward.get("annotation")),
                  reward.get("source"), reward.get("created_at") or step.get("completed_at"))
             )  # fmt: skip
-    outcome = metadata.get("outcome_reward")
-    if isinstance(outcome, Mapping):
-        rows.outcome = (
-            session_id, float(outcome.get("total_reward") or 0.0), int(outcome.get("achievements_count") or 0),
-            int(outcome.get("total_steps") or len(steps)), trace.get("created_at"),
-            _json(trace.get("session_metadata")),
+        self._steps += 1
+        self._events += len(events)
+        self._messages += len(messages)
+
+    def finish(self, header: Mapping[str, Any]) -> SessionRows:
+        """All rows, with the session and outcome rows from the trace's session-level keys
+        (`created_at`, `metadata`, `session_metadata`)."""
+        session_id, rows = self.session_id, self._rows
+        metadata = dict(header.get("metadata") or {})
+        rows.session = (
+            session_id, header["created_at"], self._steps, self._events, self._messages, _json(metadata),
         )  # fmt: skip
-    return rows
+        outcome = metadata.get("outcome_reward")
+        if isinstance(outcome, Mapping):
+            rows.outcome = (
+                session_id, float(outcome.get("total_reward") or 0.0), int(outcome.get("achievements_count") or 0),
+                int(outcome.get("total_steps") or self._steps), header.get("created_at"),
+                _json(header.get("session_metadata")),
+            )  # fmt: skip
+        return rows
+
+
+def session_rows(trace: Mapping[str, Any]) -> SessionRows:
+    """A full/structured SessionTrace dict as table rows (the caller writes them in one transaction)."""
+    builder = SessionRowsBuilder(str(trace["session_id"]))
+    steps: Sequence[Mapping[str, Any]] = trace.get("session_time_steps") or []
+    for step in steps:
+        builder.add_step(step)
+    return builder.finish(trace)
 
 
 # --- rows back to a trace --------------------------------------------------------------------------
@@ -168,7 +201,7 @@ def load_json(value: Any) -> Any:
         return value
 
 
-def event_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
+def event_from_row(row: Mapping[str, Any], texts: TextResolver | None = None) -> dict[str, Any]:
     event: dict[str, Any] = {
         "system_instance_id": row["system_instance_id"],
         "time_record": {"event_time": row["event_time"], "message_time": row["message_time"]},
@@ -192,13 +225,18 @@ def event_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
     event["system_state_before"] = load_json(row["system_state_before"])
     event["system_state_after"] = load_json(row["system_state_after"])
     if row["event_type"] == CAIS:
-        event["call_records"] = load_json(row["call_records"]) or []
+        records = load_json(row["call_records"]) or []
+        event["call_records"] = texts.call_records(records) if texts is not None else records
     return event
 
 
-def message_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
+def message_from_row(
+    row: Mapping[str, Any], texts: TextResolver | None = None, step_id: str | None = None
+) -> dict[str, Any]:
     body = row["content"]
     payload = load_json(body)
+    if texts is not None:
+        body, payload = texts.message_body(step_id, row["message_type"], body, payload)
     if isinstance(payload, dict):
         text = payload.get("text")
         content = {"text": text if isinstance(text, str) else None, "json_payload": body}
@@ -232,18 +270,20 @@ def session_from_rows(
             "step_metadata": load_json(row["step_metadata"]) or {},
             "completed_at": row["completed_at"],
         }
-    event_history = []
-    for row in events:
-        event = event_from_row(row)
-        event_history.append(event)
-        if row["timestep_id"] in steps:
-            steps[row["timestep_id"]]["events"].append(event)
+    # Messages first: call records refer to their texts (compact rows).
+    texts, step_ids = TextResolver(), {key: step["step_id"] for key, step in steps.items()}
     message_history = []
     for row in messages:
-        message = message_from_row(row)
+        message = message_from_row(row, texts, step_ids.get(row["timestep_id"]))
         message_history.append(message)
         if row["timestep_id"] in steps:
             steps[row["timestep_id"]]["markov_blanket_messages"].append(message)
+    event_history = []
+    for row in events:
+        event = event_from_row(row, texts)
+        event_history.append(event)
+        if row["timestep_id"] in steps:
+            steps[row["timestep_id"]]["events"].append(event)
     outcome_reward = None
     if outcome is not None:
         outcome_reward = {

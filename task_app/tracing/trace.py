@@ -286,20 +286,37 @@ def _time_step(result: RolloutResult, record: DecisionRecord, *, raw: bool) -> d
     }
 
 
+def structured_step(result: RolloutResult, record: DecisionRecord) -> dict[str, Any]:
+    """One `session_time_steps` entry of the structured trace (what the trace store keeps), built as
+    soon as its decision is recorded."""
+    return _time_step(result, record, raw=False)
+
+
+def session_header(result: RolloutResult, trace_format: str = STRUCTURED) -> dict[str, Any]:
+    """The session-level keys of the SessionTrace, known once the rollout is over."""
+    return {
+        "session_id": result.plan.run_id,
+        "created_at": iso(result.started_at),
+        "metadata": session_metadata(result),
+        "session_metadata": _session_details(result, trace_format),
+    }
+
+
 def build_session_trace(result: RolloutResult, trace_format: str = STRUCTURED) -> dict[str, Any]:
     """The v3 `SessionTrace` dict (`structured`, or `full` with images and raw responses)."""
     if trace_format not in (STRUCTURED, FULL):
         raise ValueError(f"not a session trace format: {trace_format!r}")
     raw = trace_format == FULL
     steps = [_time_step(result, record, raw=raw) for record in result.records]
+    header = session_header(result, trace_format)
     return {
-        "session_id": result.plan.run_id,
-        "created_at": iso(result.started_at),
+        "session_id": header["session_id"],
+        "created_at": header["created_at"],
         "session_time_steps": steps,
         "event_history": [event for step in steps for event in step["events"]],
         "markov_blanket_message_history": [message for step in steps for message in step["markov_blanket_messages"]],
-        "metadata": session_metadata(result),
-        "session_metadata": _session_details(result, trace_format),
+        "metadata": header["metadata"],
+        "session_metadata": header["session_metadata"],
     }
 
 

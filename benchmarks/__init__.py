@@ -1,0 +1,1 @@
+"""The task app benchmark suite: `python -m benchmarks [--quick]` (see run.py)."""

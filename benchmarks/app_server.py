@@ -1,0 +1,54 @@
+"""Run the task app in this process for a benchmark, on a loopback port the OS picks.
+
+    python -m benchmarks.app_server --settings '{"environment_api_key": "k", "traces_db": "/tmp/t.db"}'
+
+Builds `Settings(**settings)` (environment variables still apply underneath, as in production; the
+benchmark driver clears `TASKAPP_*` first), binds 127.0.0.1:0 before uvicorn starts, prints
+`{"port": N, "pid": P}` on stdout, and serves until SIGINT/SIGTERM (uvicorn's graceful shutdown, so
+the lifespan closes the trace store). The driver waits for `/health` before it measures anything,
+and reads this process's CPU and memory counters from /proc, so they hold the app's work only.
+
+The uvicorn options are the ones the Modal deployment effectively has: no access log, asyncio loop,
+h11 (no uvloop/httptools in the image).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+
+import uvicorn
+
+from task_app.server import create_app
+from task_app.settings import Settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="serve the task app for a benchmark")
+    parser.add_argument("--settings", default="{}", help="Settings fields as a JSON object")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings(**json.loads(args.settings))
+    # With proto=IPPROTO_TCP asyncio turns TCP_NODELAY on for accepted connections (with proto=0 it does
+    # not, and every response written in two parts then waits ~40 ms for a delayed ACK).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    print(json.dumps({"port": sock.getsockname()[1], "pid": os.getpid()}), flush=True)
+    config = uvicorn.Config(
+        create_app(settings), lifespan="on", log_level="warning", access_log=False, http="h11", loop="asyncio",
+        timeout_keep_alive=60, timeout_graceful_shutdown=10, backlog=4096,
+    )  # fmt: skip
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

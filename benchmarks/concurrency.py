@@ -1,0 +1,192 @@
+"""B3 concurrency: many rollouts in flight against a slow model, as an RL trainer runs them.
+
+    N rollouts of D decisions start together; the fake model answers each call after L seconds.
+    ideal       N / L decisions per second (every rollout always waiting on the model, zero overhead)
+    achieved    decisions executed / wall time from the first request to the last response
+    rollout     p50 / p99 of each rollout's wall time (the ideal is D x L)
+    loop lag    p99 measured inside the server: a probe task (TASKAPP_LOOP_LAG_PROBE_S=0.005) sleeps
+                5 ms in a loop and records how late it wakes; /health exposes cumulative histogram
+                counts, and the difference of two reads bounds the p99 of exactly this window. This
+                is the delay every request in flight suffers, without the client's own loop in it.
+    /health     p99 latency of GET /health polled every 50 ms during the window from a thread of its
+                own (what a load balancer's health check sees: HTTP included)
+
+Worlds: the rollouts run in groups of 4 per seed (as GRPO groups do) on seeds generated before the
+window (B2 measures generation), so the window measures the per-decision path at steady state.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import httpx
+
+from .client import client, get_json, post_rollout, rollout_body
+from .processes import Served, app_server, fake_model
+from .report import Figure, percentile
+
+BENCH = "B3"
+GROUP = 4
+PROBE_INTERVAL_S = 0.005
+HEALTH_POLL_S = 0.05
+
+
+@dataclass(frozen=True)
+class Phase:
+    concurrency: int
+    decisions: int
+    latency_ms: int
+    target_ratio: float | None = 0.9
+    target_lag_ms: float | None = 20.0
+
+    @property
+    def tag(self) -> str:
+        return f"{self.concurrency}x{self.decisions}_{self.latency_ms}ms"
+
+    @property
+    def ideal(self) -> float:
+        return self.concurrency / (self.latency_ms / 1000)
+
+
+def lag_p99_ms(before: dict[str, int], after: dict[str, int]) -> float:
+    """Upper bound of the bucket holding the 99th percentile of the samples between two reads."""
+    bounds = list(after)
+    diffs = [after[bound] - before.get(bound, 0) for bound in bounds]  # cumulative counts per bound
+    total = diffs[-1]
+    if total <= 0:
+        return float("nan")
+    for bound, count in zip(bounds, diffs, strict=True):
+        if count >= 0.99 * total:
+            return float("inf") if bound == "+Inf" else float(bound)
+    return float("inf")
+
+
+class _HealthPoller:
+    """GET /health every HEALTH_POLL_S from a thread of its own (not the client's busy event loop)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.latencies_ms: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=30.0) as http:
+            while not self._stop.wait(HEALTH_POLL_S):
+                polled = time.perf_counter()
+                http.get(self.url + "/health")
+                self.latencies_ms.append((time.perf_counter() - polled) * 1000)
+
+    def __enter__(self) -> _HealthPoller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _lag_buckets(health: dict[str, Any]) -> dict[str, int] | None:
+    """The probe's histogram, or None from a server without the probe (e.g. an older build)."""
+    return (health.get("event_loop") or {}).get("buckets_ms")
+
+
+async def _window(app: Served, model: Served, phase: Phase, seeds: list[int]) -> dict[str, Any]:
+    bodies = [
+        rollout_body(model.url, seeds[index // GROUP], phase.decisions, latency_ms=phase.latency_ms)
+        for index in range(phase.concurrency)
+    ]
+    async with client(phase.concurrency + 4) as http:
+        before = _lag_buckets(await get_json(http, app.url + "/health"))
+        cpu_before, started = app.cpu_s(), time.perf_counter()
+        model_before, client_before = model.cpu_s(), time.process_time()
+        outcomes = []
+        with _HealthPoller(app.url) as poller:
+            async with anyio.create_task_group() as group:
+
+                async def one(body: dict[str, Any]) -> None:
+                    outcomes.append(await post_rollout(http, app.url, body))
+
+                for body in bodies:
+                    group.start_soon(one, body)
+        wall = time.perf_counter() - started
+        cpu = app.cpu_s() - cpu_before
+        model_cpu, client_cpu = model.cpu_s() - model_before, time.process_time() - client_before
+        after = _lag_buckets(await get_json(http, app.url + "/health"))
+    rollout_s = [outcome.wall_s for outcome in outcomes]
+    decisions = sum(outcome.decisions for outcome in outcomes)
+    if decisions != phase.concurrency * phase.decisions:
+        raise RuntimeError(f"{phase.tag}: {decisions} decisions ran, expected {phase.concurrency * phase.decisions}")
+    health_ms = poller.latencies_ms
+    return {
+        "rate": decisions / wall,
+        "p50": percentile(rollout_s, 50),
+        "p99": percentile(rollout_s, 99),
+        "lag_p99": lag_p99_ms(before, after) if before and after else float("nan"),
+        "health_p99": percentile(health_ms, 99) if health_ms else float("nan"),
+        "cpu_share": cpu / wall,
+        "model_cpu_share": model_cpu / wall,
+        "client_cpu_share": client_cpu / wall,
+    }
+
+
+async def _warm(app: Served, model_url: str, seeds: list[int]) -> None:
+    async with client(8) as http:
+        for start in range(0, len(seeds), 64):
+            response = await http.get(app.url + "/task_info", params=[("seed", s) for s in seeds[start : start + 64]])
+            response.raise_for_status()
+        await post_rollout(http, app.url, rollout_body(model_url, seeds[0], 3))
+
+
+def _figures(phase: Phase) -> dict[str, Figure]:
+    what = f"{phase.concurrency} concurrent, {phase.decisions} decisions, {phase.latency_ms} ms model"
+    ideal_s = phase.decisions * phase.latency_ms / 1000
+    ratio_target = None if phase.target_ratio is None else (">=", phase.target_ratio)
+    lag_target = None if phase.target_lag_ms is None else ("<=", phase.target_lag_ms)
+    return {
+        "rate": Figure(
+            BENCH, f"decisions_per_s_{phase.tag}", f"decisions/s ({what}; ideal {phase.ideal:g})", "1/s", digits=1
+        ),  # fmt: skip
+        "ratio": Figure(BENCH, f"ratio_to_ideal_{phase.tag}", f"share of ideal ({what})", "", target=ratio_target),
+        "p50": Figure(BENCH, f"rollout_p50_s_{phase.tag}", f"rollout p50 ({what}; ideal {ideal_s:g} s)", "s"),
+        "p99": Figure(BENCH, f"rollout_p99_s_{phase.tag}", f"rollout p99 ({what})", "s"),
+        "lag_p99": Figure(
+            BENCH,
+            f"loop_lag_p99_ms_{phase.tag}",
+            f"event-loop lag p99, in server ({what})",
+            "ms",
+            target=lag_target,
+            digits=1,
+        ),  # fmt: skip
+        "health_p99": Figure(
+            BENCH, f"health_p99_ms_{phase.tag}", f"/health latency p99, client ({what})", "ms", digits=1
+        ),  # fmt: skip
+        "cpu_share": Figure(BENCH, f"server_cpu_cores_{phase.tag}", f"server CPU, cores busy ({what})", "cores"),
+        "model_cpu_share": Figure(BENCH, f"model_cpu_cores_{phase.tag}", f"fake model CPU, cores ({what})", "cores"),
+        "client_cpu_share": Figure(BENCH, f"client_cpu_cores_{phase.tag}", f"client CPU, cores ({what})", "cores"),
+    }
+
+
+def run_phase(phase: Phase, repetitions: int, **settings: Any) -> list[Figure]:
+    figures = _figures(phase)
+    seeds = [3_000_000 + phase.concurrency * 10 + index for index in range(-(-phase.concurrency // GROUP))]
+    with fake_model() as model, app_server(loop_lag_probe_s=PROBE_INTERVAL_S, **settings) as app:
+        anyio.run(_warm, app, model.url, seeds)
+        for _ in range(repetitions):
+            values = anyio.run(_window, app, model, phase, seeds)
+            values["ratio"] = values["rate"] / phase.ideal
+            for key, figure in figures.items():
+                figure.values.append(values[key])
+    return list(figures.values())
+
+
+def run(repetitions: int, quick: bool) -> list[Figure]:
+    phases = [Phase(64, 20, 200), Phase(256, 10 if quick else 20, 1000)]
+    figures: list[Figure] = []
+    for phase in phases:
+        figures += run_phase(phase, repetitions)
+    return figures

@@ -1,0 +1,200 @@
+"""The processes a benchmark runs: the app server and the fake model, each on its own loopback port.
+
+    with fake_model(latency_s=0.2) as model, app_server(model, tracing=True) as app:
+        app.cpu_s()      # the server process's own user+system CPU seconds (/proc/<pid>/stat)
+        app.rss_bytes()  # its resident memory (/proc/<pid>/status VmRSS)
+
+Both are started with this interpreter (`python -m benchmarks.fake_model | benchmarks.app_server`),
+print their port on stdout, and are stopped with SIGINT (graceful: the app closes its trace store)
+and, failing that, killed. Their stderr goes to benchmarks/results/logs/. With `--profile DIR`,
+py-spy records a flame graph of every app server a benchmark starts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+API_KEY = "bench-key"
+START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 30.0
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+_CPUCLOCK_SCHED = 2  # linux/posix-timers.h: MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED) = (~pid << 3) | 2
+_ROOT = Path(__file__).resolve().parent.parent
+LOG_DIR = Path(__file__).resolve().parent / "results" / "logs"
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of every thread of `pid`, living or exited: the kernel's per-process CPU clock (ns
+    resolution, `clock_gettime` on the clock id Linux derives from a pid), else /proc/<pid>/stat
+    utime + stime (10 ms ticks)."""
+    try:
+        return time.clock_gettime((~pid << 3) | _CPUCLOCK_SCHED)
+    except OSError:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        fields = text[text.rfind(")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime (fields 14, 15 of stat)
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+@dataclass
+class _Profile:
+    directory: Path | None = None
+    count: int = 0
+
+
+PROFILE = _Profile()  # set by `python -m benchmarks --profile DIR`
+
+
+@dataclass
+class Served:
+    """A started server process and its base URL."""
+
+    name: str
+    process: subprocess.Popen[str]
+    port: int
+    log_path: Path
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def cpu_s(self) -> float:
+        return cpu_seconds(self.pid)
+
+    def rss_bytes(self) -> int:
+        return rss_bytes(self.pid)
+
+
+def _environment() -> dict[str, str]:
+    keep = {key: value for key, value in os.environ.items() if not key.startswith("TASKAPP_")}
+    for key in ("ENVIRONMENT_API_KEY", "DEV_ENVIRONMENT_API_KEY", "ENVIRONMENT_API_KEY_ALIASES"):
+        keep.pop(key, None)
+    keep["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), keep.get("PYTHONPATH", "")]))
+    return keep
+
+
+def _start(name: str, module: str, args: list[str]) -> Served:
+    LOG_DIR.mkdir(parents=True, exist_ok=True)
+    log_path = LOG_DIR / f"{name}.log"
+    log = log_path.open("a")
+    process = subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        cwd=_ROOT,
+        env=_environment(),
+    )
+    log.close()
+    if process.stdout is None:  # pragma: no cover - stdout is a pipe
+        raise RuntimeError("no stdout pipe")
+    line = process.stdout.readline()
+    if not line:
+        process.wait(timeout=STOP_TIMEOUT_S)
+        raise RuntimeError(f"{name} exited before printing its port; see {log_path}")
+    return Served(name, process, int(json.loads(line)["port"]), log_path)
+
+
+def _wait_ready(served: Served, path: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if served.process.poll() is not None:
+            raise RuntimeError(f"{served.name} exited with {served.process.returncode}; see {served.log_path}")
+        try:
+            if httpx.get(served.url + path, timeout=2.0).status_code == httpx.codes.OK:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{served.name} did not become ready within {START_TIMEOUT_S:g} s")
+
+
+def _stop(served: Served) -> None:
+    if served.process.poll() is None:
+        served.process.send_signal(signal.SIGINT)
+        try:
+            served.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            served.process.kill()
+            served.process.wait(timeout=STOP_TIMEOUT_S)
+    if served.process.stdout is not None:
+        served.process.stdout.close()
+
+
+@contextmanager
+def fake_model(latency_s: float = 0.0, actions: int = 1) -> Iterator[Served]:
+    served = _start("fake_model", "benchmarks.fake_model", ["--latency", str(latency_s), "--actions", str(actions)])
+    try:
+        _wait_ready(served, "/health")
+        yield served
+    finally:
+        _stop(served)
+
+
+@contextmanager
+def app_server(*, traces_dir: Path | None = None, **overrides: Any) -> Iterator[Served]:
+    """The task app with `Settings(environment_api_key=API_KEY, traces_db=<temp dir>, **overrides)`."""
+    with tempfile.TemporaryDirectory(prefix="bench-traces-") as temporary:
+        directory = traces_dir or Path(temporary)
+        settings = {"environment_api_key": API_KEY, "traces_db": str(directory / "traces.db"), **overrides}
+        served = _start("app_server", "benchmarks.app_server", ["--settings", json.dumps(settings)])
+        served.extra["traces_db"] = directory / "traces.db"
+        try:
+            _wait_ready(served, "/health")
+            with _profiled(served):
+                yield served
+        finally:
+            _stop(served)
+
+
+@contextmanager
+def _profiled(served: Served) -> Iterator[None]:
+    """With `PROFILE.directory` set (`--profile DIR`), py-spy samples the app server while it serves
+    (threads holding the GIL only, so idle waits do not count) into a flame graph SVG."""
+    if PROFILE.directory is None:
+        yield
+        return
+    PROFILE.directory.mkdir(parents=True, exist_ok=True)
+    PROFILE.count += 1
+    out = PROFILE.directory / f"app_server-{PROFILE.count:02d}.svg"
+    beside = Path(sys.executable).parent / "py-spy"  # the virtualenv's, when it is not activated
+    executable = shutil.which("py-spy") or (str(beside) if beside.exists() else None)
+    if executable is None:
+        raise RuntimeError("--profile needs py-spy: pip install py-spy (it is in the dev extra)")
+    command = [executable, "record", "--pid", str(served.pid), "--output", str(out), "--gil", "--threads"]
+    spy = subprocess.Popen([*command, "--rate", "250"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes the SVG when interrupted
+        try:
+            spy.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+            spy.wait(timeout=STOP_TIMEOUT_S)

@@ -1,0 +1,87 @@
+"""Compact JSON exactly as the stdlib writes it, at orjson's speed where the two agree.
+
+`json.dumps(value, separators=(",", ":"), ensure_ascii=False)` and `orjson.dumps(value)` write the same
+bytes for "plain" data: str, int (64-bit), bool, None, lists/tuples and dicts with str keys, and floats
+that are 0 or at least 1e-4 in size. They differ on floats below 1e-4 (`1e-05` vs `0.00001`), NaN and
+Infinity, huge ints, lone surrogates, non-str keys and subclasses, so anything else (or anything orjson
+refuses) goes to the stdlib. The output never depends on which encoder ran: traces, stored rows and
+the request bodies sent to model servers stay byte-identical to what the stdlib wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+SMALLEST_PLAIN_FLOAT = 1e-4  # below this the stdlib writes an exponent (1e-05), orjson does not
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def is_plain(value: Any) -> bool:
+    """True when orjson and the stdlib write `value` identically (exact types only, no subclasses)."""
+    try:
+        return _plain(value)
+    except RecursionError:
+        return False
+
+
+def _plain(value: Any) -> bool:
+    kind = type(value)
+    if kind in _SCALARS:
+        return True
+    if kind is float:
+        return bool(value == 0 or SMALLEST_PLAIN_FLOAT <= abs(value) < float("inf"))
+    if kind is list or kind is tuple:
+        return all(_plain(item) for item in value)
+    if kind is dict:
+        return all(type(key) is str and _plain(item) for key, item in value.items())
+    return False
+
+
+def dumps(value: Any, *, default: Callable[[Any], Any] | None = None, allow_nan: bool = True) -> str:
+    """`json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=default, allow_nan=allow_nan)`."""
+    fast = _orjson(value)
+    if fast is not None:
+        return fast.decode()
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=default, allow_nan=allow_nan)
+
+
+def dumps_bytes(value: Any, *, default: Callable[[Any], Any] | None = None, allow_nan: bool = True) -> bytes:
+    """The same text, UTF-8 encoded (what httpx's `json=` sends, with `allow_nan=False`)."""
+    fast = _orjson(value)
+    if fast is not None:
+        return fast
+    return dumps(value, default=default, allow_nan=allow_nan).encode("utf-8")
+
+
+def _orjson(value: Any) -> bytes | None:
+    if not is_plain(value):
+        return None
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:  # an int beyond 64 bits, a lone surrogate: the stdlib decides
+        return None
+
+
+_VALUE_OPTIONS = (
+    orjson.OPT_NON_STR_KEYS
+    | orjson.OPT_SERIALIZE_NUMPY
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+)
+
+
+def dumps_value(value: Any, *, default: Callable[[Any], Any] | None = None) -> str:
+    """Compact JSON that parses back to what `dumps` would give, without its byte-for-byte promise.
+
+    For text only ever read back as JSON (the trace store's JSON columns): orjson writes the whole value
+    (floats below 1e-4 positionally, `0.00001`; NaN and Infinity, which are not JSON, as null), and
+    datetimes and dataclasses still go through `default`, as with the stdlib.
+    """
+    try:
+        return orjson.dumps(value, default=default, option=_VALUE_OPTIONS).decode()
+    except orjson.JSONEncodeError:  # an int beyond 64 bits, a lone surrogate: the stdlib decides
+        return dumps(value, default=default)

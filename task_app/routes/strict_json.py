@@ -1,0 +1,38 @@
+"""Request bodies are parsed with orjson, which accepts only I-JSON (RFC 7493): strict UTF-8.
+
+The stdlib parser FastAPI uses turns `"\\ud800"` (a lone surrogate escape) into a Python string that
+cannot be encoded again, so it failed later, deep inside a rollout or the proxy (a 500 instead of a
+400); it also accepts `NaN` / `Infinity`, which are not JSON. orjson refuses all of these, and nesting
+deeper than 1024 levels, with a `JSONDecodeError` (a `json.JSONDecodeError`), which FastAPI reports
+as `json_invalid` and `server.py` answers with 400 `invalid_json`.
+
+The routers that take a body use it: `APIRouter(route_class=StrictJSONRoute)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from fastapi import Request, Response
+from fastapi.routing import APIRoute
+
+__all__ = ["StrictJSONRequest", "StrictJSONRoute"]
+
+
+class StrictJSONRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = orjson.loads(await self.body())
+        return self._json
+
+
+class StrictJSONRoute(APIRoute):
+    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+        handler = super().get_route_handler()
+
+        async def strict_handler(request: Request) -> Response:
+            return await handler(StrictJSONRequest(request.scope, request.receive))
+
+        return strict_handler

@@ -1,0 +1,353 @@
+"""Crashes and storage trouble, with the server as a real process where it matters.
+
+- SIGKILL of a server process in the middle of 16 concurrent rollouts, then a restart on the same
+  database: it passes `PRAGMA integrity_check` and holds, complete, every rollout that was answered.
+- A trace database that turns read-only or full while the server runs (SQLite's own errors, forced
+  through the server's connection): the rollout still succeeds, `metrics.details.storage` says
+  `stored: false`, `/health` says `degraded`, and both recover once the disk does.
+- The same with a real disk, where the machine allows mount namespaces (root; skipped otherwise): a
+  read-only bind mount, and a 2 MB tmpfs that the test fills up and then frees.
+
+`ServerProcess` runs `python -m benchmarks.app_server` (builds `create_app(Settings(...))`, serves it
+with uvicorn on a pre-bound 127.0.0.1 socket and prints the port); its log is checked for key
+material when it stops. `test_client_faults.py` uses it too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import SECRETS, TEST_KEY, AppServer, assert_no_key_material
+from fake_model import FakeModel, delay, tool_call
+from helpers import request_body
+
+from task_app.contracts import RolloutResponse
+from task_app.tracing import TraceStore
+
+pytestmark = pytest.mark.usefixtures("no_key_in_logs")
+
+ROOT = Path(__file__).resolve().parent.parent
+START_TIMEOUT_S = 60.0
+WAIT_S = 20.0
+_OWN = (
+    "ENVIRONMENT_API_KEY",
+    "DEV_ENVIRONMENT_API_KEY",
+    "ENVIRONMENT_API_KEY_ALIASES",
+    "OPENAI_API_KEY",
+    "GROQ_API_KEY",
+)
+
+
+# --- a task app in its own process ----------------------------------------------------------------
+
+
+@dataclass
+class ServerProcess:
+    process: subprocess.Popen[str]
+    base_url: str
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def client(self, key: str | None = TEST_KEY, timeout: float = 30.0) -> httpx.Client:
+        headers = {"X-API-Key": key} if key is not None else {}
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, trust_env=False)
+
+    def health(self) -> dict[str, Any]:
+        with self.client(key=None, timeout=5.0) as client:
+            body: dict[str, Any] = client.get("/health").json()
+        return body
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no lifespan exit, no checkpoint."""
+        os.kill(self.pid, signal.SIGKILL)
+        self.process.wait(timeout=WAIT_S)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)  # uvicorn's graceful shutdown closes the trace store
+            try:
+                self.process.wait(timeout=WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=WAIT_S)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def _child_environment() -> dict[str, str]:
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("TASKAPP_", "MODAL_"))}
+    for name in _OWN:
+        env.pop(name, None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    return env
+
+
+@contextmanager
+def server_process(log_dir: Path, *, prefix: Sequence[str] = (), **settings: Any) -> Iterator[ServerProcess]:
+    """The task app with `Settings(environment_api_key=TEST_KEY, warm_up=False, **settings)` in a child
+    process (optionally started through `prefix`, e.g. `unshare -m ...`), ready when this yields."""
+    values = {"environment_api_key": TEST_KEY, "warm_up": False, **settings}
+    command = [*prefix, sys.executable, "-m", "benchmarks.app_server", "--settings", json.dumps(values, default=str)]
+    log_path = log_dir / f"server-{uuid.uuid4().hex[:8]}.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=_child_environment(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=log, text=True,
+        )  # fmt: skip
+    assert process.stdout is not None
+    served = ServerProcess(process, "", log_path)
+    try:
+        line = process.stdout.readline()
+        assert line, f"the server exited before printing its port: {log_path.read_text()[-2000:]}"
+        served.base_url = f"http://127.0.0.1:{json.loads(line)['port']}"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            assert process.poll() is None, f"the server exited: {log_path.read_text()[-2000:]}"
+            with suppress(httpx.TransportError):
+                if httpx.get(served.base_url + "/health", timeout=2.0, trust_env=False).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "the server did not become ready"
+            time.sleep(0.02)  # polling interval
+        yield served
+    finally:
+        served.stop()
+        assert_no_key_material(log_path.read_text(errors="replace"), SECRETS)
+
+
+def namespaces_available() -> bool:
+    """Whether this machine lets us mount inside a private mount namespace (root in a container does)."""
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        return False
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=64k tmpfs /mnt"], capture_output=True, check=False
+    )
+    return probe.returncode == 0
+
+
+needs_namespaces = pytest.mark.skipif(not namespaces_available(), reason="needs mount namespaces (root)")
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+
+
+def react(model: FakeModel, decisions: int, run_id: str | None = None) -> dict[str, Any]:
+    body = request_body(
+        run_id=run_id or f"crash-{uuid.uuid4().hex[:10]}",
+        ops=["agent", "env"] * decisions,
+        policy={"policy_name": "crafter-react"},
+        env={"seed": 3},
+    )
+    body["policy"]["config"] = {"model": "fake-model", "inference_url": model.url(), "max_llm_calls": decisions}
+    return body
+
+
+def storage_of(response: httpx.Response) -> dict[str, Any]:
+    assert response.status_code == 200, response.text
+    result = RolloutResponse.model_validate(response.json())
+    assert result.metrics.details["stop_reason"] == "completed"
+    storage: dict[str, Any] = result.metrics.details["storage"]["trace"]
+    return storage
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)  # polling interval
+
+
+def db_rows(path: str | Path) -> dict[str, int]:
+    """Timesteps per stored session, read-only."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        sessions = {row[0]: 0 for row in conn.execute("SELECT session_id FROM session_traces")}
+        for session_id, steps in conn.execute("SELECT session_id, COUNT(*) FROM session_timesteps GROUP BY 1"):
+            sessions[session_id] = steps
+    return sessions
+
+
+# --- SIGKILL during 16 concurrent rollouts --------------------------------------------------------
+
+
+def test_sigkill_during_16_rollouts_loses_no_answered_rollout(tmp_path: Path, fake_model: FakeModel) -> None:
+    db = tmp_path / "traces" / "traces.db"
+    fake_model.default = delay(0.02, tool_call("move_left", "do"))  # ~25 ms per decision
+    decisions = [4 + 8 * index for index in range(16)]  # 0.1 s ... 3 s of model time
+    bodies = [react(fake_model, count) for count in decisions]
+    answered: dict[str, int] = {}
+    lock = threading.Lock()
+
+    with server_process(tmp_path, traces_db=db, max_concurrent_rollouts=32) as first:
+
+        def post(body: dict[str, Any]) -> None:
+            with first.client(timeout=WAIT_S) as client:
+                response = client.post("/rollout", json=body)
+            result = RolloutResponse.model_validate(response.json())
+            assert result.metrics.details["storage"]["trace"] == {"stored": True}
+            with lock:
+                answered[body["run_id"]] = result.metrics.num_steps
+
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            futures: list[Future[None]] = [pool.submit(post, body) for body in bodies]
+            wait_until(lambda: len(answered) >= 5)
+            assert first.health()["rollouts"]["active"] >= 4  # the kill lands in the middle of the others
+            first.kill()
+            errors = [future.exception(timeout=WAIT_S) for future in futures]
+        assert first.process.returncode == -signal.SIGKILL
+    failed = [error for error in errors if error is not None]
+    assert all(isinstance(error, httpx.TransportError) for error in failed), failed  # only the killed ones
+    assert 5 <= len(answered) < 16
+
+    stored = db_rows(db)  # before any restart: what the killed process left on disk
+    for run_id, steps in answered.items():
+        assert stored.get(run_id) == steps, (run_id, steps, stored.get(run_id))
+
+    with server_process(tmp_path, traces_db=db) as second:
+        health = second.health()
+        assert health["storage"]["status"] == "ok"
+        with second.client() as client:
+            again = react(fake_model, 3)
+            assert storage_of(client.post("/rollout", json=again)) == {"stored": True}
+    after = db_rows(db)
+    assert after[again["run_id"]] == 3
+    assert {run_id: after[run_id] for run_id in answered} == answered
+
+
+# --- read-only and full, forced through the server's own connection ------------------------------
+
+
+def _on_server_loop(server: AppServer, sql: str) -> None:
+    """Run one statement on the trace store's connection, on the server's event loop, between writes."""
+    store = server.state.recorder.store
+    assert store is not None and store._writer is not None and store._conn is not None
+    conn = store._conn
+
+    async def run() -> None:
+        async with store._lock:
+            await conn.execute(sql)
+
+    asyncio.run_coroutine_threadsafe(run(), store._writer.get_loop()).result(timeout=WAIT_S)
+
+
+@pytest.mark.parametrize(
+    ("fail", "recover", "error"),
+    [
+        ("PRAGMA query_only = 1", "PRAGMA query_only = 0", "readonly"),
+        ("PRAGMA max_page_count = 1", "PRAGMA max_page_count = 1073741823", "full"),
+    ],
+    ids=["read-only", "full"],
+)
+def test_storage_failure_degrades_visibly_and_recovers(
+    make_app_server: Callable[..., AppServer], fake_model: FakeModel, fail: str, recover: str, error: str
+) -> None:
+    server = make_app_server(warm_up=False)
+    client = server.client()
+    assert storage_of(client.post("/rollout", json=react(fake_model, 2))) == {"stored": True}
+    assert server.health()["storage"]["status"] == "ok"
+
+    _on_server_loop(server, fail)
+    storage = storage_of(client.post("/rollout", json=react(fake_model, 2)))  # the rollout still succeeds
+    assert storage["stored"] is False and error in storage["error"]
+    health = server.health()
+    assert health["healthy"] is True  # still serving: storage trouble is not unreadiness
+    assert health["storage"]["status"] == "degraded" and error in health["storage"]["last_error"]
+    assert storage_of(client.post("/rollout", json=request_body(run_id=f"s-{uuid.uuid4().hex}")))["stored"] is False
+
+    _on_server_loop(server, recover)
+    assert storage_of(client.post("/rollout", json=react(fake_model, 2))) == {"stored": True}
+    health = server.health()["storage"]
+    assert health["status"] == "ok" and health["failures"] == 2 and health["written"] == 2
+
+
+def test_an_unwritable_trace_location_degrades_from_the_start(
+    make_app_server: Callable[..., AppServer], tmp_path: Path
+) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the traces directory should be")
+    server = make_app_server(traces_db=blocker / "traces.db", warm_up=False)
+    health = server.health()
+    assert health["healthy"] is True and health["storage"]["status"] == "degraded"
+    storage = storage_of(server.client().post("/rollout", json=request_body(run_id="unwritable-1")))
+    assert storage["stored"] is False and storage["error"]
+
+
+# --- the same with a real disk (mount namespaces) ------------------------------------------------
+
+
+def _prepared_database(path: Path) -> None:
+    async def create() -> None:
+        async with TraceStore(path):
+            pass
+
+    asyncio.run(create())
+
+
+@needs_namespaces
+def test_a_read_only_volume(tmp_path: Path, fake_model: FakeModel) -> None:
+    """An existing trace database on a volume mounted read-only (the server's view only)."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    _prepared_database(volume / "traces.db")
+    read_only = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" && exec "$@"',
+                 str(volume)]  # fmt: skip
+    with server_process(tmp_path, prefix=read_only, traces_db=volume / "traces.db") as server:
+        health = server.health()
+        assert health["healthy"] is True and health["storage"]["status"] == "degraded"
+        with server.client() as client:
+            storage = storage_of(client.post("/rollout", json=react(fake_model, 2)))
+        assert storage["stored"] is False and storage["error"]
+        assert server.health()["storage"]["status"] == "degraded"
+    assert db_rows(volume / "traces.db") == {}  # nothing was written behind the mount's back
+
+
+@needs_namespaces
+def test_a_full_disk_and_its_recovery(tmp_path: Path, fake_model: FakeModel) -> None:
+    """The traces live on a 2 MB tmpfs; the test fills it up (ENOSPC), then frees it."""
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    small_disk = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs -o size=2m tmpfs "$0" && exec "$@"', str(volume)]
+    with server_process(tmp_path, prefix=small_disk, traces_db=volume / "traces.db") as server:
+        seen = Path(f"/proc/{server.pid}/root") / volume.relative_to("/")  # the tmpfs, as the server sees it
+        with server.client() as client:
+            assert storage_of(client.post("/rollout", json=react(fake_model, 2))) == {"stored": True}
+            filler = seen / "filler"
+            with filler.open("wb") as handle, suppress(OSError):
+                while True:
+                    handle.write(b"\0" * 65536)
+                    handle.flush()
+            storage = storage_of(client.post("/rollout", json=react(fake_model, 8)))
+            assert storage["stored"] is False and "full" in storage["error"]
+            assert server.health()["storage"]["status"] == "degraded"
+
+            filler.unlink()
+            recovered = react(fake_model, 2)
+            assert storage_of(client.post("/rollout", json=recovered)) == {"stored": True}
+            assert server.health()["storage"]["status"] == "ok"
+            # SQLite resolves /proc/<pid>/root to our own root: read a copy (the server is idle now)
+            copy = tmp_path / "copy"
+            copy.mkdir()
+            for name in ("traces.db", "traces.db-wal"):
+                shutil.copyfile(seen / name, copy / name)
+            rows = db_rows(copy / "traces.db")
+        assert rows[recovered["run_id"]] == 2 and len(rows) == 2

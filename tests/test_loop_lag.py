@@ -1,0 +1,48 @@
+"""The event-loop lag probe and its /health report."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import anyio
+import pytest
+from conftest import AppServer
+
+from task_app.loop_lag import BUCKETS_MS, LoopLagProbe
+
+pytestmark = pytest.mark.anyio
+
+
+def test_snapshot_counts_and_percentiles() -> None:
+    probe = LoopLagProbe(0.01)
+    assert probe.snapshot()["recent"]["p99_ms"] is None
+    for lag in (0.2, 0.4, 3.0, 40.0, -1.0):
+        probe.record(lag)
+    snapshot = probe.snapshot()
+    assert snapshot["samples"] == 5 and snapshot["max_ms"] == 40.0
+    buckets = snapshot["buckets_ms"]
+    assert list(buckets) == [f"{bound:g}" for bound in BUCKETS_MS] + ["+Inf"]
+    assert buckets["0.5"] == 3 and buckets["3"] == 4 and buckets["50"] == 5 and buckets["+Inf"] == 5  # cumulative
+    assert snapshot["recent"] == {"samples": 5, "p50_ms": 0.4, "p99_ms": 40.0, "max_ms": 40.0}
+
+
+async def test_a_blocked_loop_shows_as_lag() -> None:
+    probe = LoopLagProbe(0.005)
+    probe.start()
+    await anyio.sleep(0.05)
+    time.sleep(0.08)  # noqa: ASYNC251 - blocking the event loop is the point, as a crafter step on it would
+    await anyio.sleep(0.02)
+    await probe.close()
+    snapshot = probe.snapshot()
+    assert snapshot["max_ms"] >= 60
+    assert snapshot["buckets_ms"]["50"] < snapshot["buckets_ms"]["+Inf"]
+
+
+def test_health_reports_the_probe_only_when_enabled(make_app_server: Callable[..., AppServer]) -> None:
+    assert "event_loop" not in make_app_server(warm_up=False).health()
+    probed = make_app_server(warm_up=False, loop_lag_probe_s=0.005)
+    deadline = time.monotonic() + 5
+    while (report := probed.health()["event_loop"])["samples"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert report["interval_ms"] == 5.0 and report["samples"] > 0

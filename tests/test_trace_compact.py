@@ -1,0 +1,142 @@
+"""Compact trace rows: each prompt text stored once per session, read back byte for byte."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from test_tracing_payload import SYSTEM_PROMPT, FakeLLMPolicy, rollout, run_rollout
+
+from task_app.crafter import WorldFactory
+from task_app.json_codec import dumps, dumps_bytes, is_plain
+from task_app.recording import RolloutRows
+from task_app.rollout.engine import RolloutEngine
+from task_app.rollout.result import RolloutResult
+from task_app.tracing import TraceStore, build_session_trace
+from task_app.tracing.rows import session_rows
+
+pytestmark = pytest.mark.anyio
+
+DECISIONS = 8
+
+
+@pytest.fixture(scope="module")
+def result(worlds: WorldFactory) -> RolloutResult:
+    return rollout(worlds, run_id="compact-run", decisions=DECISIONS)
+
+
+def _full_size(trace: dict) -> int:
+    """Bytes the same rows would take with every text in full (the format before compaction)."""
+    total = 0
+    for step in trace["session_time_steps"]:
+        total += sum(len(message["content"]["json_payload"]) for message in step["markov_blanket_messages"])
+        total += sum(len(json.dumps(event.get("call_records"))) for event in step["events"] if "call_records" in event)
+    return total
+
+
+async def test_the_system_prompt_is_stored_once(tmp_path: Path, result: RolloutResult) -> None:
+    path = tmp_path / "t.db"
+    async with TraceStore(path) as store:
+        assert await store.write(result) == {"stored": True}
+    with sqlite3.connect(path) as conn:
+        contents = [row[0] for row in conn.execute("SELECT content FROM messages WHERE session_id = 'compact-run'")]
+        records = [row[0] for row in conn.execute("SELECT call_records FROM events WHERE event_type = 'cais'")]
+    assert sum(SYSTEM_PROMPT in content for content in contents) == 1  # the first system message, in full
+    assert not any(SYSTEM_PROMPT in record for record in records)
+    assert len(records) == DECISIONS
+    stored = sum(len(text) for text in contents) + sum(len(text) for text in records)
+    assert stored < _full_size(build_session_trace(result)) / 2
+
+
+async def test_round_trip_is_exact(tmp_path: Path, result: RolloutResult) -> None:
+    async with TraceStore(tmp_path / "t.db") as store:
+        assert (await store.write(result))["stored"]
+        stored = await store.get_session("compact-run")
+    expected = build_session_trace(result)
+    assert stored is not None
+    for key in ("session_time_steps", "event_history", "markov_blanket_message_history"):
+        assert stored[key] == expected[key], key
+    system = stored["session_time_steps"][-1]["markov_blanket_messages"][0]
+    assert system["message_type"] == "system" and system["content"]["text"] == SYSTEM_PROMPT
+
+
+async def test_vision_and_scripted_steps_round_trip(tmp_path: Path, worlds: WorldFactory) -> None:
+    """Image inputs and steps without an LLM call are stored in full and read back unchanged."""
+    vision = await run_rollout(worlds, run_id="vision-run", decisions=3, policy=FakeLLMPolicy(image=True))
+    scripted = await run_rollout(worlds, run_id="scripted-run", decisions=3, policy=FakeLLMPolicy(lm=False))
+    async with TraceStore(tmp_path / "t.db") as store:
+        for item in (vision, scripted):
+            assert (await store.write(item))["stored"]
+            stored = await store.get_session(item.plan.run_id)
+            assert stored is not None
+            expected = build_session_trace(item)
+            assert stored["session_time_steps"] == expected["session_time_steps"]
+
+
+def test_a_changed_system_prompt_is_stored_again(result: RolloutResult) -> None:
+    """A step whose system prompt differs is not a reference to the first one."""
+    record = result.records[3]
+    call = record.decision.lm_call  # type: ignore[union-attr]
+    other = dataclasses.replace(call, messages=[{"role": "system", "content": "other"}, *call.messages[1:]])
+    decision = dataclasses.replace(record.decision, lm_call=other)  # type: ignore[type-var]
+    records = [*result.records[:3], dataclasses.replace(record, decision=decision), *result.records[4:]]
+    rows = session_rows(build_session_trace(dataclasses.replace(result, records=records)))
+    system_rows = [row[4] for row in rows.messages if row[3] == "system"]
+    assert sum(SYSTEM_PROMPT in body for body in system_rows) == 1
+    assert any('"content":"other"' in body for body in system_rows)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"a": [1, 2.5, None, True, "é😀\n\u2028"], "b": {"c": -0.0}},
+        {"small": 1e-05, "big": 10**30},
+        {1: "int key"},
+        {"nan": float("nan")},
+        ("tuple", 2),
+        "\ud800",
+    ],
+)
+def test_json_codec_matches_the_stdlib(value: object) -> None:
+    assert dumps(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_json_codec_bytes_match_what_httpx_sends() -> None:
+    value = {"model": "m", "temperature": 0.2, "messages": [{"role": "user", "content": "héllo"}]}
+    assert is_plain(value)
+    assert dumps_bytes(value, allow_nan=False) == json.dumps(
+        value, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+    with pytest.raises(ValueError, match="Out of range float"):
+        dumps_bytes({"x": float("inf")}, allow_nan=False)
+
+
+async def test_rows_built_during_the_rollout_equal_rows_built_at_the_end(worlds: WorldFactory) -> None:
+    rows = RolloutRows("incremental-run")
+    seen: list[int] = []
+
+    def on_record(result: RolloutResult, record: object) -> None:
+        seen.append(len(result.records))
+        rows.add(result, record)  # type: ignore[arg-type]
+
+    result = await run_rollout(worlds, run_id="incremental-run", decisions=5)
+    engine = RolloutEngine(result.plan, FakeLLMPolicy(seed=3), worlds, on_record=on_record)
+    result = await engine.run()
+    assert seen == [1, 2, 3, 4, 5]
+    built = rows.rows(result)
+    assert built is not None
+    assert dataclasses.asdict(built) == dataclasses.asdict(session_rows(build_session_trace(result)))
+
+
+async def test_failing_rows_fall_back_to_the_full_build(worlds: WorldFactory, caplog: pytest.LogCaptureFixture) -> None:
+    result = await run_rollout(worlds, run_id="broken-rows", decisions=2)
+    rows = RolloutRows("broken-rows")
+    rows.add(result, object())  # type: ignore[arg-type] - not a record: the builder gives up, loudly
+    assert rows.rows(result) is None
+    assert "trace rows failed" in caplog.text
+    partial = RolloutRows("broken-rows")
+    partial.add(result, result.records[0])
+    assert partial.rows(result) is None  # a record missed: never store a trace that disagrees with the result
