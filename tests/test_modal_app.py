@@ -69,6 +69,8 @@ def deploy_section() -> str:
     start = text.index("## Deploying on Modal")
     end = text.find("\n## ", start + 1)
     return text[start : end if end != -1 else None]
+
+
 OPENAI_KEY = "sk-proj-Zx8CvBnMqWeRtYuI"
 DEPRECATED = ("keep_warm", "concurrency_limit", "allow_concurrent_inputs", "container_idle_timeout",
               "modal.Mount", "copy_local_dir", "web_endpoint", "modal.Stub")  # fmt: skip

@@ -67,9 +67,7 @@ def _known_secrets(settings: Settings) -> list[str]:
 async def _proxy(vendor: str, body: dict[str, Any], state: AppState) -> JSONBytes:
     settings = state.settings
     if body.get("stream"):
-        raise BadRequest(
-            "streaming is not supported by this proxy; send stream: false", code="streaming_not_supported"
-        )
+        raise BadRequest("streaming is not supported by this proxy; send stream: false", code="streaming_not_supported")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise InvalidRequest("messages must be a non-empty list", code="invalid_messages")
