@@ -6,10 +6,12 @@
     rollout     p50 / p99 of each rollout's wall time (the ideal is D x L)
     loop lag    p99 measured inside the server: a probe task (TASKAPP_LOOP_LAG_PROBE_S=0.005) sleeps
                 5 ms in a loop and records how late it wakes; /health exposes cumulative histogram
-                counts, and the difference of two reads bounds the p99 of exactly this window. This
-                is the delay every request in flight suffers, without the client's own loop in it.
-    /health     p99 latency of GET /health polled every 50 ms during the window from a thread of its
-                own (what a load balancer's health check sees: HTTP included)
+                counts, and the difference of two reads bounds the p99 (and max) of exactly this
+                window. This is the delay every request in flight suffers, without the client in it.
+                One sample per wake-up: a single long stall (e.g. N requests arriving at once) is one
+                sample, so it shows in the max and in /health below, not in the p99.
+    /health     p99 latency of GET /health polled every 50 ms during the window by a process of its own
+                (what a load balancer's health check sees: HTTP included)
 
 Worlds: the rollouts run in groups of 4 per seed (as GRPO groups do) on seeds generated before the
 window (B2 measures generation), so the window measures the per-decision path at steady state.
@@ -17,16 +19,18 @@ window (B2 measures generation), so the window measures the per-decision path at
 
 from __future__ import annotations
 
-import threading
+import json
+import signal
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import httpx
 
 from .client import client, get_json, post_rollout, rollout_body
-from .processes import Served, app_server, fake_model
+from .processes import Served, app_server, environment, fake_model
 from .report import Figure, percentile
 
 BENCH = "B3"
@@ -52,6 +56,16 @@ class Phase:
         return self.concurrency / (self.latency_ms / 1000)
 
 
+def lag_max_ms(before: dict[str, int], after: dict[str, int]) -> float:
+    """Upper bound of the highest bucket that gained a sample between two reads (the worst stall)."""
+    bounds = list(after)
+    counts = [after[bound] - before.get(bound, 0) for bound in bounds]  # cumulative
+    for index in range(len(bounds) - 1, 0, -1):
+        if counts[index] > counts[index - 1]:
+            return float("inf") if bounds[index] == "+Inf" else float(bounds[index])
+    return float(bounds[0]) if counts and counts[0] else float("nan")
+
+
 def lag_p99_ms(before: dict[str, int], after: dict[str, int]) -> float:
     """Upper bound of the bucket holding the 99th percentile of the samples between two reads."""
     bounds = list(after)
@@ -66,28 +80,28 @@ def lag_p99_ms(before: dict[str, int], after: dict[str, int]) -> float:
 
 
 class _HealthPoller:
-    """GET /health every HEALTH_POLL_S from a thread of its own (not the client's busy event loop)."""
+    """GET /health every HEALTH_POLL_S from a process of its own (`benchmarks.health_poll`)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.latencies_ms: list[float] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        with httpx.Client(timeout=30.0) as http:
-            while not self._stop.wait(HEALTH_POLL_S):
-                polled = time.perf_counter()
-                http.get(self.url + "/health")
-                self.latencies_ms.append((time.perf_counter() - polled) * 1000)
+        self._process: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> _HealthPoller:
-        self._thread.start()
+        command = [sys.executable, "-m", "benchmarks.health_poll", self.url, "--interval", str(HEALTH_POLL_S)]
+        self._process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=environment())
+        if self._process.stdout is None or self._process.stdout.readline().strip() != "ready":
+            raise RuntimeError("the /health poller did not start")
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join()
+        if self._process is None or self._process.stdout is None:
+            return
+        self._process.send_signal(signal.SIGINT)
+        output = self._process.stdout.read()
+        self._process.wait(timeout=30)
+        self._process.stdout.close()
+        self.latencies_ms = json.loads(output.strip().splitlines()[-1]) if output.strip() else []
 
 
 def _lag_buckets(health: dict[str, Any]) -> dict[str, int] | None:
@@ -127,6 +141,7 @@ async def _window(app: Served, model: Served, phase: Phase, seeds: list[int]) ->
         "p50": percentile(rollout_s, 50),
         "p99": percentile(rollout_s, 99),
         "lag_p99": lag_p99_ms(before, after) if before and after else float("nan"),
+        "lag_max": lag_max_ms(before, after) if before and after else float("nan"),
         "health_p99": percentile(health_ms, 99) if health_ms else float("nan"),
         "cpu_share": cpu / wall,
         "model_cpu_share": model_cpu / wall,
@@ -162,8 +177,11 @@ def _figures(phase: Phase) -> dict[str, Figure]:
             target=lag_target,
             digits=1,
         ),  # fmt: skip
+        "lag_max": Figure(
+            BENCH, f"loop_lag_max_ms_{phase.tag}", f"event-loop lag max, in server ({what})", "ms", digits=1
+        ),
         "health_p99": Figure(
-            BENCH, f"health_p99_ms_{phase.tag}", f"/health latency p99, client ({what})", "ms", digits=1
+            BENCH, f"health_p99_ms_{phase.tag}", f"/health latency p99, separate poller ({what})", "ms", digits=1
         ),  # fmt: skip
         "cpu_share": Figure(BENCH, f"server_cpu_cores_{phase.tag}", f"server CPU, cores busy ({what})", "cores"),
         "model_cpu_share": Figure(BENCH, f"model_cpu_cores_{phase.tag}", f"fake model CPU, cores ({what})", "cores"),

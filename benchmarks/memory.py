@@ -3,7 +3,9 @@
     idle        RSS of a freshly started server after one warm-up rollout (imports, numba, caches)
     in flight   N rollouts of D decisions start together against a slow model on a *fresh* server
                 (Python rarely returns freed memory, so a second batch on the same process would reuse
-                the first batch's and look free); RSS sampled every 20 ms, (peak - baseline) / N
+                the first batch's and look free); RSS sampled every 20 ms, (peak - baseline) / N. The
+                SQLite page cache (a 64 MB cap, filled by the commits) is held at 2 MB here: a bounded
+                cache, not memory a rollout in flight needs
     1000 runs   1000 sequential 5-decision rollouts over 32 seeds on a server whose caches are small
                 (16 worlds, 16 traits, 16 completed runs kept for replay, 2 MB of SQLite page cache), so
                 they are full after the first few dozen rollouts: RSS growth from rollout 200 to the end
@@ -70,7 +72,7 @@ def _in_flight(model_url: str, concurrency: int, decisions: int, latency_ms: int
         rollout_body(model_url, seeds[index % len(seeds)], decisions, latency_ms=latency_ms)
         for index in range(concurrency)
     ]
-    with app_server() as app:
+    with app_server(traces_cache_mb=SMALL_CACHES["traces_cache_mb"]) as app:
         anyio.run(_prepare, app, model_url, seeds)
         time.sleep(0.5)
         baseline = app.rss_bytes()

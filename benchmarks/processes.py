@@ -90,7 +90,8 @@ class Served:
         return rss_bytes(self.pid)
 
 
-def _environment() -> dict[str, str]:
+def environment() -> dict[str, str]:
+    """This environment without the app's own variables, with the repository on PYTHONPATH."""
     keep = {key: value for key, value in os.environ.items() if not key.startswith("TASKAPP_")}
     for key in ("ENVIRONMENT_API_KEY", "DEV_ENVIRONMENT_API_KEY", "ENVIRONMENT_API_KEY_ALIASES"):
         keep.pop(key, None)
@@ -109,7 +110,7 @@ def _start(name: str, module: str, args: list[str]) -> Served:
         stdin=subprocess.DEVNULL,
         text=True,
         cwd=_ROOT,
-        env=_environment(),
+        env=environment(),
     )
     log.close()
     if process.stdout is None:  # pragma: no cover - stdout is a pipe

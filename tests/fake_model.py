@@ -311,7 +311,7 @@ class FakeModel:
             interface="asgi3", timeout_graceful_shutdown=2,
         )  # fmt: skip
         server = _ThreadServer(config)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", 0))
         self.port = sock.getsockname()[1]

@@ -1,0 +1,38 @@
+"""Poll `GET <url>/health` every `--interval` seconds until SIGINT, then print the latencies (ms, JSON).
+
+Its own process, so the latencies hold the server's answer time and nothing of the benchmark
+client's work (a thread inside the client waits for the client's GIL whenever it parses responses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+
+import httpx
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("url")
+    parser.add_argument("--interval", type=float, default=0.05)
+    args = parser.parse_args(argv)
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    latencies = []
+    with httpx.Client(timeout=30.0) as http:
+        print("ready", flush=True)
+        while not stop.wait(args.interval):
+            started = time.perf_counter()
+            http.get(args.url + "/health")
+            latencies.append((time.perf_counter() - started) * 1000)
+    print(json.dumps(latencies), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
