@@ -63,6 +63,18 @@ def completion(actions: list[str], model: str) -> dict[str, Any]:
     }
 
 
+async def read_body(receive: Any) -> bytes | None:
+    """The whole request body, or None when the client went away first."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
 class FakeModelApp:
     """The ASGI app: `GET /health` and `POST <anything>` (a chat completion)."""
 
@@ -74,19 +86,14 @@ class FakeModelApp:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        chunks = []
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
+        raw = await read_body(receive)
+        if raw is None:
+            return
         if scope["method"] == "GET":
             await _answer(send, {"ok": True, "requests": self.requests})
             return
         self.requests += 1
-        body = b"".join(chunks)
+        body = raw
         step_match, model_match = _STEP.search(body), _MODEL.search(body)
         actions, latency, model = self.actions, self.latency_s, "bench"
         if model_match is not None:

@@ -53,6 +53,8 @@ import httpx
 
 from task_app.local_server import serve_in_thread
 
+from .fake_model import read_body
+
 API_KEY = "soak-Hq7ZkWvRtPxMnBjL"
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -113,15 +115,10 @@ class SoakModel:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        chunks = []
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        body = json.loads(b"".join(chunks) or b"{}")
+        raw = await read_body(receive)
+        if raw is None:
+            return
+        body = json.loads(raw or b"{}")
         model = str(body.get("model", "soak-ok"))
         with self._lock:
             self.requests += 1
