@@ -308,7 +308,7 @@ def container_name(environ: Mapping[str, str] = os.environ) -> str:
 
 def warm_up() -> None:
     """The heavy imports, and numba's kernels compiled (or loaded from the image's cache) by one small world."""
-    import task_app.server  # noqa: F401 - fastapi, pydantic models, crafter, numpy, numba, aiosqlite, httpx
+    import task_app.server  # noqa: F401 - fastapi, pydantic models, crafter, numpy, numba, aiosqlite, aiohttp
     from task_app.crafter import WorldFactory
 
     WorldFactory(cache_size=0).warm_up()

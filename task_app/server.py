@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import anyio
-import httpx
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -20,9 +19,9 @@ from starlette.requests import Request
 from .auth import check_api_key
 from .crafter import WorldFactory
 from .errors import CapacityExceeded, TaskAppError
-from .http_pool import ShardedTransport
 from .limits import BodySizeLimit
 from .loop_lag import LoopLagProbe
+from .outbound import open_session
 from .policy.factory import PolicyFactoryBuilder
 from .recording import TraceRecorder
 from .responses import JSONBytes
@@ -115,19 +114,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     worlds = WorldFactory(cache_size=settings.world_cache_size)
     if settings.warm_up:
         await offload(worlds.warm_up)
-    timeout = httpx.Timeout(
-        connect=settings.inference_connect_timeout_s,
-        read=settings.inference_read_timeout_s,
-        write=settings.inference_connect_timeout_s,
-        pool=settings.inference_connect_timeout_s,
-    )
-    limits = httpx.Limits(
-        max_connections=settings.inference_max_connections,
-        max_keepalive_connections=settings.inference_max_connections,
-    )
     loop_lag = LoopLagProbe(settings.loop_lag_probe_s) if settings.loop_lag_probe_s > 0 else None
-    transport = ShardedTransport(limits)  # constant pool work per request at hundreds of connections
-    async with httpx.AsyncClient(timeout=timeout, limits=limits, transport=transport, follow_redirects=False) as http:
+    async with open_session(settings.inference_max_connections) as http:
         recorder = TraceRecorder(settings, offload)
         await recorder.start()
         if loop_lag is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import httpx
+import aiohttp
 
 from .crafter import WorldFactory
 from .loop_lag import LoopLagProbe
@@ -20,7 +20,7 @@ from .taskset import Taskset, TraitsCache
 @dataclass(slots=True)
 class AppState:
     settings: Settings
-    http: httpx.AsyncClient
+    http: aiohttp.ClientSession  # outbound: model servers and vendors (task_app.outbound)
     worlds: WorldFactory
     traits: TraitsCache
     taskset: Taskset

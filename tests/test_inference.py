@@ -1,7 +1,7 @@
 """The inference client: URLs, vendor parameters, auth headers, retries, deadline, capped reads.
 
-Real HTTP goes only to the loopback fake model server; header rules for vendor hosts are checked
-through `httpx.MockTransport`, so nothing ever leaves 127.0.0.1.
+Real HTTP goes only to the loopback fake model server; the header rules for vendor hosts are checked
+on the resolved target, so nothing ever leaves 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -9,15 +9,14 @@ from __future__ import annotations
 import json
 import socket
 import time
-from collections.abc import Iterator
 
 import anyio
-import httpx
 import pytest
 from fake_model import FakeModel, delay, drop, error, hang, huge, raw, text, tool_call
 from pydantic import SecretStr
 
 from task_app.errors import NotConfigured
+from task_app.outbound import open_session
 from task_app.policy.base import PolicyError
 from task_app.policy.inference import (
     DEFAULT_MAX_TOKENS,
@@ -41,21 +40,10 @@ FAST = InferenceLimits(
 BODY = {"model": "fake", "messages": [{"role": "user", "content": "hi"}]}
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeModel]:
-    with FakeModel() as running:
-        yield running
-
-
 @pytest.fixture
-def model(server: FakeModel) -> Iterator[FakeModel]:
-    server.reset()
-    yield server
-    server.reset()
-
-
-def _http(**kwargs: object) -> httpx.AsyncClient:
-    return httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(5.0), **kwargs)  # type: ignore[arg-type]
+def model(fake_model: FakeModel) -> FakeModel:
+    """The session's fake model (tests/fake_model.py), reset for each test."""
+    return fake_model
 
 
 def _target(model: FakeModel, key: str | None = None) -> InferenceTarget:
@@ -166,30 +154,24 @@ def test_provider_routes_to_settings_base_url() -> None:
     assert caught.value.code == "missing_groq_api_key"
 
 
-async def test_vendor_host_gets_vendor_key_and_never_the_environment_key() -> None:
-    seen: list[httpx.Request] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return httpx.Response(200, json={"choices": []})
-
+def test_vendor_host_gets_vendor_key_and_never_the_environment_key() -> None:
     settings = _settings()
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
-        client = InferenceClient(http, FAST)
-        for url in ("https://api.openai.com/v1", "https://trainer.example/v1?cid=trace_1"):
-            target = resolve_target(inference_url=url, provider=None, api_key=None, settings=settings)
-            await client.chat(target, BODY, deadline=None)
-    assert seen[0].headers["authorization"] == "Bearer sk-openai-secret"
-    assert "authorization" not in seen[1].headers
-    assert str(seen[1].url) == "https://trainer.example/v1/chat/completions?cid=trace_1"
-    for request in seen:
-        assert all("env-secret-key" not in value for value in request.headers.values())
-        assert "x-api-key" not in request.headers
+    vendor, trainer = (
+        resolve_target(inference_url=url, provider=None, api_key=None, settings=settings)
+        for url in ("https://api.openai.com/v1", "https://trainer.example/v1?cid=trace_1")
+    )
+    assert vendor.headers()["Authorization"] == "Bearer sk-openai-secret"
+    assert "Authorization" not in trainer.headers()
+    assert trainer.url == "https://trainer.example/v1/chat/completions?cid=trace_1"
+    assert str(trainer.http_url) == trainer.url
+    for headers in (vendor.headers(), trainer.headers()):
+        assert all("env-secret-key" not in value for value in headers.values())
+        assert "X-API-Key" not in headers
 
 
 async def test_fake_server_sees_url_body_and_auth(model: FakeModel) -> None:
     settings = _settings(openai_base_url=model.url("/v1"))  # the loopback server plays OpenAI's host
-    async with _http() as http:
+    async with open_session(8) as http:
         client = InferenceClient(http, FAST)
         target = resolve_target(inference_url=None, provider="openai", api_key=None, settings=settings)
         result = await client.chat(target, BODY, deadline=None)
@@ -211,7 +193,7 @@ async def test_fake_server_sees_url_body_and_auth(model: FakeModel) -> None:
 
 async def test_retries_500_then_succeeds(model: FakeModel) -> None:
     model.script(error(500), error(503), tool_call("do"))
-    async with _http() as http:
+    async with open_session(8) as http:
         result = await InferenceClient(http, FAST).chat(_target(model), BODY, deadline=None)
     assert result.attempts == 3 and len(model.requests) == 3
     assert result.body is not None and result.body["choices"][0]["finish_reason"] == "tool_calls"
@@ -220,7 +202,7 @@ async def test_retries_500_then_succeeds(model: FakeModel) -> None:
 async def test_429_honours_retry_after(model: FakeModel) -> None:
     model.script(error(429, retry_after="0.3"), text("ok"))
     limits = InferenceLimits(backoff_s=0.01, backoff_max_s=1.0)
-    async with _http() as http:
+    async with open_session(8) as http:
         start = time.monotonic()
         result = await InferenceClient(http, limits).chat(_target(model), BODY, deadline=None)
     assert result.attempts == 2
@@ -229,7 +211,7 @@ async def test_429_honours_retry_after(model: FakeModel) -> None:
 
 async def test_retry_after_is_capped(model: FakeModel) -> None:
     model.script(error(429, retry_after="3600"), text("ok"))
-    async with _http() as http:
+    async with open_session(8) as http:
         start = time.monotonic()
         result = await InferenceClient(http, FAST).chat(_target(model), BODY, deadline=None)
     assert result.attempts == 2 and time.monotonic() - start < 1.0
@@ -238,32 +220,16 @@ async def test_retry_after_is_capped(model: FakeModel) -> None:
 async def test_timeout_then_success(model: FakeModel) -> None:
     model.script(delay(2.0), tool_call("do"))
     limits = InferenceLimits(read_timeout_s=0.3, backoff_s=0.01, backoff_max_s=0.05)
-    async with _http() as http:
+    async with open_session(8) as http:
         result = await InferenceClient(http, limits).chat(_target(model), BODY, deadline=None)
     assert result.attempts == 2
 
 
 async def test_dropped_connection_is_retried(model: FakeModel) -> None:
     model.script(drop(), tool_call("do"))
-    async with _http() as http:
+    async with open_session(8) as http:
         result = await InferenceClient(http, FAST).chat(_target(model), BODY, deadline=None)
     assert result.attempts == 2
-
-
-async def test_connection_error_then_success_through_transport() -> None:
-    calls = 0
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            raise httpx.ConnectError("connection refused", request=request)
-        return httpx.Response(200, json={"choices": []})
-
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as http:
-        target = InferenceTarget("http://127.0.0.1:9/v1/chat/completions", "custom")
-        result = await InferenceClient(http, FAST).chat(target, BODY, deadline=None)
-    assert (calls, result.attempts) == (2, 2)
 
 
 def _closed_port() -> int:
@@ -274,7 +240,7 @@ def _closed_port() -> int:
 
 async def test_connection_refused_exhausts_attempts() -> None:
     target = InferenceTarget(f"http://127.0.0.1:{_closed_port()}/v1/chat/completions", "custom")
-    async with _http() as http:
+    async with open_session(8) as http:
         with pytest.raises(PolicyError) as caught:
             await InferenceClient(http, FAST).chat(target, BODY, deadline=None)
     assert caught.value.code == "inference_unavailable"
@@ -283,7 +249,7 @@ async def test_connection_refused_exhausts_attempts() -> None:
 
 async def test_server_errors_exhaust_attempts(model: FakeModel) -> None:
     model.default = error(502)
-    async with _http() as http:
+    async with open_session(8) as http:
         with pytest.raises(PolicyError) as caught:
             await InferenceClient(http, FAST).chat(_target(model), BODY, deadline=None)
     assert (caught.value.code, caught.value.status) == ("inference_unavailable", 502)
@@ -292,7 +258,7 @@ async def test_server_errors_exhaust_attempts(model: FakeModel) -> None:
 
 async def test_rate_limit_exhausts_attempts(model: FakeModel) -> None:
     model.default = error(429, retry_after=0)
-    async with _http() as http:
+    async with open_session(8) as http:
         with pytest.raises(PolicyError) as caught:
             await InferenceClient(http, FAST).chat(_target(model), BODY, deadline=None)
     assert (caught.value.code, caught.value.status) == ("inference_rate_limited", 429)
@@ -302,7 +268,7 @@ async def test_rate_limit_exhausts_attempts(model: FakeModel) -> None:
 async def test_other_4xx_fail_at_once(model: FakeModel, status: int) -> None:
     body = {"error": {"message": "Incorrect API key provided: sk-abc***xyz", "code": "invalid_api_key"}}
     model.script(error(status, body=body))
-    async with _http() as http:
+    async with open_session(8) as http:
         with pytest.raises(PolicyError) as caught:
             await InferenceClient(http, FAST).chat(_target(model, "caller-key"), BODY, deadline=None)
     assert (caught.value.code, caught.value.status) == ("inference_http_error", status)
@@ -316,7 +282,7 @@ async def test_other_4xx_fail_at_once(model: FakeModel, status: int) -> None:
 
 async def test_hanging_server_returns_by_the_deadline(model: FakeModel) -> None:
     model.default = hang()
-    async with _http() as http:
+    async with open_session(8) as http:
         start = anyio.current_time()
         with pytest.raises(PolicyError) as caught:
             await InferenceClient(http, FAST).chat(_target(model), BODY, deadline=start + 1.0)
@@ -328,7 +294,7 @@ async def test_hanging_server_returns_by_the_deadline(model: FakeModel) -> None:
 async def test_no_sleep_past_the_deadline(model: FakeModel) -> None:
     model.default = error(503, retry_after=5)
     limits = InferenceLimits(backoff_s=2.0, backoff_max_s=10.0, max_attempts=10)
-    async with _http() as http:
+    async with open_session(8) as http:
         start = anyio.current_time()
         with pytest.raises(PolicyError) as caught:
             await InferenceClient(http, limits).chat(_target(model), BODY, deadline=start + 1.0)
@@ -338,7 +304,7 @@ async def test_no_sleep_past_the_deadline(model: FakeModel) -> None:
 
 
 async def test_expired_deadline_sends_nothing(model: FakeModel) -> None:
-    async with _http() as http:
+    async with open_session(8) as http:
         with pytest.raises(PolicyError) as caught:
             await InferenceClient(http, FAST).chat(_target(model), BODY, deadline=anyio.current_time() - 1)
     assert caught.value.code == "inference_timeout" and model.requests == []
@@ -349,7 +315,7 @@ async def test_expired_deadline_sends_nothing(model: FakeModel) -> None:
 
 async def test_huge_streamed_answer_is_cut_off(model: FakeModel) -> None:
     model.script(huge(50 * 1024 * 1024))
-    async with _http() as http:
+    async with open_session(8) as http:
         start = time.monotonic()
         with pytest.raises(PolicyError) as caught:
             await InferenceClient(http, FAST).chat(_target(model), BODY, deadline=None)
@@ -362,7 +328,7 @@ async def test_huge_streamed_answer_is_cut_off(model: FakeModel) -> None:
 
 async def test_declared_huge_answer_is_refused_before_reading(model: FakeModel) -> None:
     model.script(huge(50 * 1024 * 1024, declare_length=True))
-    async with _http() as http:
+    async with open_session(8) as http:
         with pytest.raises(PolicyError) as caught:
             await InferenceClient(http, FAST).chat(_target(model), BODY, deadline=None)
     assert caught.value.code == "inference_response_too_large" and "52428800" in str(caught.value)
@@ -371,7 +337,7 @@ async def test_declared_huge_answer_is_refused_before_reading(model: FakeModel) 
 
 async def test_answer_just_under_the_cap_is_read(model: FakeModel) -> None:
     model.script(huge(FAST.max_response_bytes - 10))
-    async with _http() as http:
+    async with open_session(8) as http:
         result = await InferenceClient(http, FAST).chat(_target(model), BODY, deadline=None)
     assert result.body is not None
 
@@ -382,7 +348,7 @@ async def test_answer_just_under_the_cap_is_read(model: FakeModel) -> None:
 )
 async def test_non_object_answers_are_unusable_not_errors(model: FakeModel, content: bytes, reason: str) -> None:
     model.script(raw(content))
-    async with _http() as http:
+    async with open_session(8) as http:
         result = await InferenceClient(http, FAST).chat(_target(model), BODY, deadline=None)
     assert (result.body, result.invalid_reason, result.attempts) == (None, reason, 1)
 
@@ -390,7 +356,7 @@ async def test_non_object_answers_are_unusable_not_errors(model: FakeModel, cont
 async def test_warning_logged_per_retry_with_run_id(model: FakeModel, caplog: pytest.LogCaptureFixture) -> None:
     model.script(error(500), text("ok"))
     caplog.set_level("DEBUG", logger="task_app.policy.inference")
-    async with _http() as http:
+    async with open_session(8) as http:
         await InferenceClient(http, FAST).chat(_target(model, "caller-key"), BODY, deadline=None, run_id="run-7")
     warnings = [r for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and getattr(warnings[0], "run_id", None) == "run-7"

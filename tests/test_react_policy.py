@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anyio
 import crafter.constants
-import httpx
 import pytest
 from fake_model import FakeModel, chat, error, hang, raw, text, tool_call
 
 from task_app.contracts import RolloutRequest
 from task_app.crafter import ACTIONS, Game, WorldFactory, normalise_tool_calls
 from task_app.errors import NotConfigured
+from task_app.outbound import open_session
 from task_app.policy.base import HistoryEntry
 from task_app.policy.inference import InferenceClient, InferenceLimits
 from task_app.policy.prompts import build_messages, recipe_lines, system_prompt, tool_schema
@@ -26,17 +25,10 @@ from task_app.settings import Settings
 FAST = InferenceLimits(connect_timeout_s=2.0, read_timeout_s=5.0, max_attempts=3, backoff_s=0.01, backoff_max_s=0.05)
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeModel]:
-    with FakeModel() as running:
-        yield running
-
-
 @pytest.fixture
-def model(server: FakeModel) -> Iterator[FakeModel]:
-    server.reset()
-    yield server
-    server.reset()
+def model(fake_model: FakeModel) -> FakeModel:
+    """The session's fake model (tests/fake_model.py), reset for each test."""
+    return fake_model
 
 
 def _body(message: dict[str, Any], finish_reason: str = "stop") -> dict[str, Any]:
@@ -201,16 +193,12 @@ def _plan(fake: FakeModel, *, ops: int = 8, run_id: str = "react-1", **config: A
     return build_plan(request, Settings())
 
 
-def _http() -> httpx.AsyncClient:
-    return httpx.AsyncClient(trust_env=False, timeout=httpx.Timeout(5.0))
-
-
 @pytest.mark.anyio
 async def test_decide_sends_tool_request_and_reports(model: FakeModel, worlds: WorldFactory) -> None:
     model.script(tool_call("move_left", "do"))
     plan = _plan(model)
     observation = Game(worlds.world(7)).observe()
-    async with _http() as http:
+    async with open_session(8) as http:
         policy = build_react_policy(plan, client=InferenceClient(http, FAST), settings=Settings())
         decision = await policy.decide(observation, [HistoryEntry(0, ("noop",), (), 0.0)])
         await policy.aclose()
@@ -239,7 +227,7 @@ async def test_decide_sends_tool_request_and_reports(model: FakeModel, worlds: W
 async def test_decide_vision_and_api_key(model: FakeModel, worlds: WorldFactory) -> None:
     plan = _plan(model, use_vision=True, api_key="caller-key", model="gpt-5-mini")
     observation = Game(worlds.world(7), image_size=plan.image_size).observe()
-    async with _http() as http:
+    async with open_session(8) as http:
         policy = build_react_policy(plan, client=InferenceClient(http, FAST), settings=Settings())
         await policy.decide(observation, [])
     request = model.requests[0]
@@ -253,7 +241,7 @@ async def test_decide_vision_and_api_key(model: FakeModel, worlds: WorldFactory)
 async def test_text_and_garbage_answers(model: FakeModel, worlds: WorldFactory) -> None:
     model.script(text("actions: move_right, do"), raw(b"<html>oops"), chat({"role": "assistant", "content": "hm"}))
     observation = Game(worlds.world(7)).observe()
-    async with _http() as http:
+    async with open_session(8) as http:
         policy = build_react_policy(_plan(model), client=InferenceClient(http, FAST), settings=Settings())
         from_text = await policy.decide(observation, [])
         garbage = await policy.decide(observation, [])
@@ -265,17 +253,19 @@ async def test_text_and_garbage_answers(model: FakeModel, worlds: WorldFactory) 
     assert (prose.usable, prose.meta["unusable_reason"]) == (False, "no_actions_in_text")
 
 
-def test_provider_without_key_is_refused() -> None:
+@pytest.mark.anyio
+async def test_provider_without_key_is_refused() -> None:
     request = RolloutRequest.model_validate(
         {"run_id": "p1", "mode": "eval", "env": {"env_name": "crafter", "seed": 1}, "ops": ["agent"],
          "policy": {"policy_name": "crafter-react", "config": {"provider": "openai", "model": "gpt-4o-mini"}}}
     )  # fmt: skip
     plan = build_plan(request, Settings())
-    client = InferenceClient(httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(500))), FAST)
-    with pytest.raises(NotConfigured) as caught:
-        build_react_policy(plan, client=client, settings=Settings())
-    assert caught.value.code == "missing_openai_api_key"
-    policy = build_react_policy(plan, client=client, settings=Settings(openai_api_key="sk-x"))  # type: ignore[arg-type]
+    async with open_session(8) as http:
+        client = InferenceClient(http, FAST)
+        with pytest.raises(NotConfigured) as caught:
+            build_react_policy(plan, client=client, settings=Settings())
+        assert caught.value.code == "missing_openai_api_key"
+        policy = build_react_policy(plan, client=client, settings=Settings(openai_api_key="sk-x"))  # type: ignore[arg-type]
     assert isinstance(policy, ReactPolicy) and policy.target.url == "https://api.openai.com/v1/chat/completions"
 
 
@@ -283,7 +273,7 @@ def test_provider_without_key_is_refused() -> None:
 
 
 async def _run(plan: RolloutPlan, worlds: WorldFactory, limits: InferenceLimits = FAST, **engine: Any) -> Any:
-    async with _http() as http:
+    async with open_session(8) as http:
         start = anyio.current_time()
         deadline = start + plan.max_time_s
         policy = build_react_policy(plan, client=InferenceClient(http, limits), settings=Settings(), deadline=deadline)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import httpx
+import aiohttp
 
 from ..rollout.plan import SCRIPTED, RolloutPlan
 from ..settings import Settings
@@ -13,9 +13,9 @@ from .scripted import ScriptedPolicy
 
 
 class PolicyFactoryBuilder:
-    def __init__(self, settings: Settings, http: httpx.AsyncClient) -> None:
+    def __init__(self, settings: Settings, session: aiohttp.ClientSession) -> None:
         self.settings = settings
-        self.client = InferenceClient(http, InferenceLimits.from_settings(settings))
+        self.client = InferenceClient(session, InferenceLimits.from_settings(settings))
 
     def build(self, plan: RolloutPlan, deadline: float) -> Policy:
         if plan.policy_name == SCRIPTED:

@@ -19,7 +19,6 @@ A 200 whose body is not JSON is *not* retried and *not* an error: `ChatResult.bo
 
 from __future__ import annotations
 
-import contextlib
 import email.utils
 import json
 import logging
@@ -31,13 +30,15 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import aiohttp
 import anyio
-import httpx
 import orjson
 from pydantic import SecretStr
+from yarl import URL
 
 from ..errors import NotConfigured
 from ..json_codec import dumps_bytes
+from ..outbound import AnswerTooLarge, SendFailure, parse_url, post
 from ..settings import Settings
 from .base import PolicyError
 
@@ -57,20 +58,10 @@ _PASSTHROUGH_SELF_HOSTED = ("top_k", "min_p", "repetition_penalty", "chat_templa
 _ERROR_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _HTTP_TOO_MANY_REQUESTS = 429
 _HTTP_SERVER_ERROR = 500
-_HTTP_OK_MIN, _HTTP_OK_MAX = 200, 299
-_ERROR_BODY_BYTES = 4096
 # An attempt's own time limit ends this long after the deadline: inside a rollout the engine's cancel
 # scope (same deadline) fires first, so the rollout reports stop_reason "deadline" rather than a policy
 # error; used standalone, a call still ends within this margin of its deadline.
 DEADLINE_GRACE_S = 0.2
-# Failures another attempt cannot fix (the URL or the local setup is wrong).
-_NOT_RETRYABLE = (
-    httpx.UnsupportedProtocol,
-    httpx.LocalProtocolError,
-    httpx.ProxyError,
-    httpx.InvalidURL,
-    httpx.TooManyRedirects,
-)
 
 
 # --- where to send ---------------------------------------------------------------------------------
@@ -115,15 +106,11 @@ class InferenceTarget:
     url: str
     provider: str
     api_key: SecretStr | None = field(default=None, repr=False)
-    # Parsed once: httpx parses a str URL (and checks its host as an IP address) on every request.
-    # None when httpx refuses it; the request then fails as it always did, with the str.
-    http_url: httpx.URL | None = field(default=None, init=False, repr=False, compare=False)
+    # Parsed once rather than on every request; None when it does not parse (the str is sent and refused).
+    http_url: URL | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "http_url", httpx.URL(self.url))
-        except httpx.InvalidURL:
-            pass
+        object.__setattr__(self, "http_url", parse_url(self.url))
 
     @property
     def host(self) -> str:
@@ -302,14 +289,16 @@ def _error_hint(raw: bytes) -> str:
 
 
 class InferenceClient:
-    """Sends chat-completions requests through the app's one pooled `httpx.AsyncClient`.
+    """Sends chat-completions requests through the app's one pooled session (`task_app.outbound`).
 
-    Stateless apart from its limits, so one instance can serve every rollout. Tests pass an
-    `httpx.AsyncClient(transport=httpx.MockTransport(...))` or point a real client at a loopback server.
+    Stateless apart from its limits, so one instance serves every rollout; tests point it at a
+    loopback server.
     """
 
-    def __init__(self, http: httpx.AsyncClient, limits: InferenceLimits, *, rng: random.Random | None = None) -> None:
-        self.http = http
+    def __init__(
+        self, session: aiohttp.ClientSession, limits: InferenceLimits, *, rng: random.Random | None = None
+    ) -> None:
+        self.session = session
         self.limits = limits
         self._rng = rng or random.Random()  # jitter only; never process-global state
 
@@ -322,7 +311,7 @@ class InferenceClient:
         """
         started_at, start = datetime.now(UTC), anyio.current_time()
         limits = self.limits
-        # Encoded once for every attempt: the bytes httpx's `json=` would send, written by orjson.
+        # Encoded once for every attempt, by orjson, as strict JSON (no NaN).
         content = dumps_bytes(body, allow_nan=False)
         headers = {**target.headers(), "Content-Type": JSON_TYPE}
         attempt = 0
@@ -375,43 +364,41 @@ class InferenceClient:
             wait = max(wait, min(retry_after, self.limits.backoff_max_s))
         return wait
 
-    def _timeout(self, remaining: float | None) -> httpx.Timeout:
-        cap = remaining if remaining is not None else float("inf")
-        connect = min(self.limits.connect_timeout_s, cap)
-        return httpx.Timeout(min(self.limits.read_timeout_s, cap), connect=connect, pool=connect)
-
     async def _attempt(
-        self, url: httpx.URL | str, content: bytes, headers: dict[str, str], remaining: float | None
+        self, url: URL | str, content: bytes, headers: dict[str, str], remaining: float | None
     ) -> tuple[int, dict[str, Any] | None, str | None]:
         """One request: (status, parsed body or None, why the body is unusable). Raises _Retryable/PolicyError."""
+        limits = self.limits
+        cap = remaining if remaining is not None else float("inf")
+        # One attempt gets at most connect + read timeout in total, so a server that drips bytes (never
+        # tripping the per-read timeout) is cut and retried like one that hangs.
+        budget = limits.connect_timeout_s + limits.read_timeout_s
         try:
-            # One attempt gets at most connect + read timeout in total, so a server that drips bytes (never
-            # tripping the per-read timeout) is cut and retried like one that hangs.
-            budget = self.limits.connect_timeout_s + self.limits.read_timeout_s
             with anyio.fail_after(budget if remaining is None else min(budget, remaining + DEADLINE_GRACE_S)):
-                async with self.http.stream(
-                    "POST", url, content=content, headers=headers, timeout=self._timeout(remaining)
-                ) as response:
-                    status = response.status_code
-                    if not _HTTP_OK_MIN <= status <= _HTTP_OK_MAX:
-                        raw = await self._read_capped(response, _ERROR_BODY_BYTES, truncate=True)
-                        raise self._status_error(status, raw, response.headers.get("retry-after"))
-                    raw = await self._read_capped(response, self.limits.max_response_bytes, truncate=False)
+                answer = await post(
+                    self.session, url, content, headers,
+                    connect_timeout_s=min(limits.connect_timeout_s, cap),
+                    read_timeout_s=min(limits.read_timeout_s, cap),
+                    max_bytes=limits.max_response_bytes,
+                )  # fmt: skip
         except TimeoutError as exc:
             raise _Retryable("the deadline expired during the request", "inference_timeout") from exc
-        except _NOT_RETRYABLE as exc:
-            raise PolicyError(f"cannot send the inference request: {exc}", code="inference_request_error") from exc
-        except httpx.TimeoutException as exc:
-            raise _Retryable(type(exc).__name__, "inference_timeout") from exc
-        except (httpx.TransportError, httpx.DecodingError) as exc:
-            raise _Retryable(f"{type(exc).__name__}: {exc}", "inference_unavailable") from exc
+        except AnswerTooLarge as exc:
+            raise PolicyError(f"the model's {exc}", code="inference_response_too_large") from exc
+        except SendFailure as exc:
+            if exc.kind == SendFailure.REQUEST:
+                raise PolicyError(f"cannot send the inference request: {exc}", code="inference_request_error") from exc
+            code = "inference_timeout" if exc.kind == SendFailure.TIMEOUT else "inference_unavailable"
+            raise _Retryable(str(exc), code) from exc
+        if not answer.ok:
+            raise self._status_error(answer.status, answer.body, answer.retry_after)
         try:
-            parsed = _loads(raw)
+            parsed = _loads(answer.body)
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-            return status, None, "invalid_json"
+            return answer.status, None, "invalid_json"
         if not isinstance(parsed, dict):
-            return status, None, "response_not_an_object"
-        return status, parsed, None
+            return answer.status, None, "response_not_an_object"
+        return answer.status, parsed, None
 
     @staticmethod
     def _status_error(status: int, raw: bytes, retry_after: str | None) -> Exception:
@@ -421,28 +408,3 @@ class InferenceClient:
         if status >= _HTTP_SERVER_ERROR:
             return _Retryable(f"HTTP {status}{hint}", "inference_unavailable", status, _retry_after(retry_after))
         return PolicyError(f"the model server answered HTTP {status}{hint}", code="inference_http_error", status=status)
-
-    @staticmethod
-    async def _read_capped(response: httpx.Response, limit: int, *, truncate: bool) -> bytes:
-        """Read at most `limit` bytes; beyond it either truncate (error bodies) or refuse (answers)."""
-        declared = response.headers.get("content-length", "")
-        if not truncate and declared.isdigit() and int(declared) > limit:
-            raise PolicyError(
-                f"the model's answer is {declared} bytes, more than the {limit} allowed",
-                code="inference_response_too_large",
-            )
-        chunks: list[bytes] = []
-        size = 0
-        async with contextlib.aclosing(response.aiter_bytes()) as stream:
-            async for chunk in stream:
-                size += len(chunk)
-                if size > limit:
-                    if truncate:
-                        chunks.append(chunk[: len(chunk) - (size - limit)])
-                        break
-                    raise PolicyError(
-                        f"the model's answer exceeded {limit} bytes; stopped reading",
-                        code="inference_response_too_large",
-                    )
-                chunks.append(chunk)
-        return b"".join(chunks)

@@ -14,17 +14,17 @@ with enough detail to decide. The rules shared with `policy.config.provider` rol
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from typing import Annotated, Any
 
 import anyio
-import httpx
 from fastapi import APIRouter, Body
 
 from ..deps import AuthDep, StateDep
 from ..errors import BadRequest, InvalidRequest, UpstreamError, UpstreamTimeout
+from ..json_codec import dumps_bytes
+from ..outbound import AnswerTooLarge, SendFailure, post
 from ..policy.inference import PROVIDER_GROQ, PROVIDER_OPENAI, InferenceTarget, resolve_target
 from ..policy.vendors import sanitised_error_body, shape_chat_body, synthesise_tool_call, with_crafting_hint
 from ..responses import JSONBytes
@@ -44,8 +44,6 @@ router = APIRouter(
 )
 
 SYNTHESISED_HEADER = "X-Task-App-Synthesised-Tool-Call"
-_ERROR_BODY_BYTES = 4096
-_HTTP_OK_MIN, _HTTP_OK_MAX = 200, 299
 ChatBody = Annotated[dict[str, Any], Body()]
 
 
@@ -93,39 +91,50 @@ async def _send(
 ) -> tuple[int, dict[str, Any]]:
     """One POST to the vendor: (status, JSON object), or the precise TaskAppError."""
     settings = state.settings
-    limit = settings.inference_connect_timeout_s + settings.inference_read_timeout_s
+    headers = {**target.headers(), "Content-Type": "application/json"}
     try:
-        with anyio.fail_after(limit):
-            async with state.http.stream("POST", target.url, json=body, headers=target.headers()) as response:
-                status = response.status_code
-                if not _HTTP_OK_MIN <= status <= _HTTP_OK_MAX:
-                    raw = await _read(response, _ERROR_BODY_BYTES, vendor, truncate=True)
-                    raise _vendor_error(vendor, status, raw, response.headers.get("retry-after"), settings)
-                raw = await _read(response, settings.inference_max_response_bytes, vendor, truncate=False)
-    except (TimeoutError, httpx.TimeoutException) as exc:
-        raise UpstreamTimeout(
-            f"{vendor} did not answer within the time limit", code=f"{vendor}_timeout", vendor=vendor
-        ) from exc
-    except httpx.ConnectError as exc:
-        raise UpstreamError(f"cannot connect to {vendor}", code=f"{vendor}_unreachable", vendor=vendor) from exc
-    except (httpx.TransportError, httpx.DecodingError) as exc:
+        with anyio.fail_after(settings.inference_connect_timeout_s + settings.inference_read_timeout_s):
+            answer = await post(
+                state.http, target.http_url or target.url, dumps_bytes(body, allow_nan=False), headers,
+                connect_timeout_s=settings.inference_connect_timeout_s,
+                read_timeout_s=settings.inference_read_timeout_s,
+                max_bytes=settings.inference_max_response_bytes,
+            )  # fmt: skip
+    except TimeoutError as exc:
+        raise _timeout(vendor) from exc
+    except AnswerTooLarge as exc:
         raise UpstreamError(
-            f"the connection to {vendor} failed ({type(exc).__name__})",
-            code=f"{vendor}_connection_error",
+            f"the {vendor} answer exceeded {exc.limit} bytes",
+            code=f"{vendor}_response_too_large",
             vendor=vendor,
+            limit=exc.limit,
         ) from exc
+    except SendFailure as exc:
+        if exc.kind == SendFailure.TIMEOUT:
+            raise _timeout(vendor) from exc
+        if exc.kind == SendFailure.CONNECT:
+            raise UpstreamError(f"cannot connect to {vendor}", code=f"{vendor}_unreachable", vendor=vendor) from exc
+        raise UpstreamError(
+            f"the connection to {vendor} failed ({exc})", code=f"{vendor}_connection_error", vendor=vendor
+        ) from exc
+    if not answer.ok:
+        raise _vendor_error(vendor, answer.status, answer.body, answer.retry_after, settings)
     try:
-        answer = json.loads(raw)
+        parsed = json.loads(answer.body)
     except (ValueError, RecursionError):
-        answer = None
-    if not isinstance(answer, dict):
+        parsed = None
+    if not isinstance(parsed, dict):
         raise UpstreamError(
             f"{vendor} answered with something other than a JSON object",
             code=f"{vendor}_invalid_response",
             vendor=vendor,
-            status=status,
+            status=answer.status,
         )
-    return status, answer
+    return answer.status, parsed
+
+
+def _timeout(vendor: str) -> UpstreamTimeout:
+    return UpstreamTimeout(f"{vendor} did not answer within the time limit", code=f"{vendor}_timeout", vendor=vendor)
 
 
 def _vendor_error(vendor: str, status: int, raw: bytes, retry_after: str | None, settings: Settings) -> UpstreamError:
@@ -138,24 +147,3 @@ def _vendor_error(vendor: str, status: int, raw: bytes, retry_after: str | None,
         details["retry_after_s"] = int(retry_after.strip())
     logger.warning("proxy %s: vendor answered HTTP %d", vendor, status)
     return UpstreamError(f"{vendor} answered HTTP {status}", code=f"{vendor}_error", **details)
-
-
-async def _read(response: httpx.Response, limit: int, vendor: str, *, truncate: bool) -> bytes:
-    """At most `limit` bytes of the body; beyond it an error body is cut, an answer is refused (502)."""
-    chunks: list[bytes] = []
-    size = 0
-    async with contextlib.aclosing(response.aiter_bytes()) as stream:  # closed at once when we stop early
-        async for chunk in stream:
-            size += len(chunk)
-            if size > limit:
-                if truncate:
-                    chunks.append(chunk[: len(chunk) - (size - limit)])
-                    break
-                raise UpstreamError(
-                    f"the {vendor} answer exceeded {limit} bytes",
-                    code=f"{vendor}_response_too_large",
-                    vendor=vendor,
-                    limit=limit,
-                )
-            chunks.append(chunk)
-    return b"".join(chunks)
