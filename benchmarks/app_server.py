@@ -18,13 +18,12 @@ import argparse
 import json
 import logging
 import os
-import socket
 import sys
-
-import uvicorn
 
 from task_app.server import create_app
 from task_app.settings import Settings
+
+from .loopback import serve_on_loopback
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,21 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings(**json.loads(args.settings))
-    # With proto=IPPROTO_TCP asyncio turns TCP_NODELAY on for accepted connections (with proto=0 it does
-    # not, and every response written in two parts then waits ~40 ms for a delayed ACK).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    print(json.dumps({"port": sock.getsockname()[1], "pid": os.getpid()}), flush=True)
-    config = uvicorn.Config(
-        create_app(settings), lifespan="on", log_level="warning", access_log=False, http="h11", loop="asyncio",
-        timeout_keep_alive=60, timeout_graceful_shutdown=10, backlog=4096,
-    )  # fmt: skip
-    try:
-        uvicorn.Server(config).run(sockets=[sock])
-    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on
-        pass
-    return 0
+    return serve_on_loopback(
+        create_app(settings), announce={"pid": os.getpid()}, lifespan="on", loop="asyncio", timeout_graceful_shutdown=10
+    )
 
 
 if __name__ == "__main__":

@@ -18,11 +18,10 @@ import asyncio
 import itertools
 import json
 import re
-import socket
 import sys
 from typing import Any
 
-import uvicorn
+from .loopback import serve_on_loopback
 
 # A walk that also hits what it faces: keeps the player moving, collecting and crafting a little.
 ACTION_CYCLE = (
@@ -63,8 +62,11 @@ def completion(actions: list[str], model: str) -> dict[str, Any]:
     }
 
 
-async def read_body(receive: Any) -> bytes | None:
-    """The whole request body, or None when the client went away first."""
+async def read_body(scope: dict[str, Any], receive: Any) -> bytes | None:
+    """The whole body of an HTTP request, or None for any other scope (lifespan) or when the client went
+    away first."""
+    if scope["type"] != "http":
+        return None
     chunks = []
     while True:
         message = await receive()
@@ -84,9 +86,7 @@ class FakeModelApp:
         self.requests = 0
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        raw = await read_body(receive)
+        raw = await read_body(scope, receive)
         if raw is None:
             return
         if scope["method"] == "GET":
@@ -119,21 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds before each answer")
     parser.add_argument("--actions", type=int, default=1, help="actions per decision")
     args = parser.parse_args(argv)
-    # With proto=IPPROTO_TCP asyncio turns TCP_NODELAY on for accepted connections (with proto=0 it does
-    # not, and every response written in two parts then waits ~40 ms for a delayed ACK).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    print(json.dumps({"port": sock.getsockname()[1]}), flush=True)
-    config = uvicorn.Config(
-        FakeModelApp(args.latency, args.actions), http="h11", lifespan="off", log_level="warning",
-        access_log=False, timeout_keep_alive=60, backlog=4096,
-    )  # fmt: skip
-    try:
-        uvicorn.Server(config).run(sockets=[sock])
-    except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on
-        pass
-    return 0
+    return serve_on_loopback(FakeModelApp(args.latency, args.actions), lifespan="off")
 
 
 if __name__ == "__main__":

@@ -113,9 +113,7 @@ class SoakModel:
         self._stopping = threading.Event()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return
-        raw = await read_body(receive)
+        raw = await read_body(scope, receive)
         if raw is None:
             return
         body = json.loads(raw or b"{}")

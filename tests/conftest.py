@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -204,11 +207,39 @@ def start_app_server(stack: ExitStack, directory: Path, **overrides: Any) -> App
     return AppServer(base_url=base_url, app=app, settings=settings, stack=stack)
 
 
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll `predicate` until it holds; fail the test if it does not within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.005)  # polling interval, not a wait for something to happen
+
+
+def open_rollout(base_url: str, body: dict[str, Any], *, timeout: float = 10.0) -> socket.socket:
+    """Send POST /rollout (with the test key) on a bare socket and read nothing, so the test decides when
+    the client goes away."""
+    parts = urlsplit(base_url)
+    payload = json.dumps(body).encode()
+    head = (
+        f"POST /rollout HTTP/1.1\r\nHost: {parts.netloc}\r\nX-API-Key: {TEST_KEY}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+    ).encode()
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=timeout)
+    sock.sendall(head + payload)
+    return sock
+
+
 @pytest.fixture(scope="module")
 def app_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AppServer]:
     """One task app per test module, default settings, the test key and an alias configured."""
     with ExitStack() as stack:
         yield start_app_server(stack, tmp_path_factory.mktemp("app"))
+
+
+@pytest.fixture(scope="module")
+def client(app_server: AppServer) -> httpx.Client:
+    """A client of the module's `app_server` with the test key (a module may define its own `client`)."""
+    return app_server.client()
 
 
 @pytest.fixture

@@ -81,11 +81,6 @@ def expect(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
     return response.json()
 
 
-@pytest.fixture(scope="module")
-def client(app_server: AppServer) -> httpx.Client:
-    return app_server.client()
-
-
 @pytest.fixture(autouse=True)
 def still_serving(app_server: AppServer) -> Any:
     """After every row the server answers the next request, and nothing is left running."""

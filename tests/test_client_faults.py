@@ -14,8 +14,6 @@ the cap answers 429 with Retry-After.)
 from __future__ import annotations
 
 import gc
-import json
-import socket
 import threading
 import time
 import uuid
@@ -25,12 +23,11 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio
 import httpx
 import pytest
-from conftest import TEST_KEY, AppServer
+from conftest import AppServer, open_rollout, wait_until
 from fake_model import HANG_LIMIT_S, Behaviour, Exchange, FakeModel, error, tool_call
 from helpers import request_body
 from test_crash_storage import ServerProcess, server_process
@@ -60,13 +57,6 @@ def react(model: FakeModel, decisions: int = 3, **fields: Any) -> dict[str, Any]
     )
     body["policy"]["config"] = {"model": "fake-model", "inference_url": model.url(), "max_llm_calls": decisions}
     return body
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)  # polling interval
 
 
 def held(gate: threading.Event, seen: dict[str, int]) -> Behaviour:
@@ -110,11 +100,6 @@ def settle(server: AppServer | ServerProcess, baseline: int) -> None:
 
 
 @pytest.fixture(scope="module")
-def client(app_server: AppServer) -> httpx.Client:
-    return app_server.client()
-
-
-@pytest.fixture(scope="module")
 def pool() -> Iterator[ThreadPoolExecutor]:
     with ThreadPoolExecutor(max_workers=32, thread_name_prefix="client-faults") as executor:
         yield executor
@@ -128,18 +113,6 @@ def warm_world(app_server: AppServer) -> None:
 
 
 # --- a client that hangs up -------------------------------------------------------------------------
-
-
-def _send_and_keep_open(base_url: str, body: dict[str, Any]) -> socket.socket:
-    parts = urlsplit(base_url)
-    payload = json.dumps(body).encode()
-    head = (
-        f"POST /rollout HTTP/1.1\r\nHost: {parts.netloc}\r\nX-API-Key: {TEST_KEY}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
-    ).encode()
-    sock = socket.create_connection((parts.hostname, parts.port), timeout=WAIT_S)
-    sock.sendall(head + payload)
-    return sock
 
 
 def new_objects(before: dict[type, list[Any]]) -> list[weakref.ref[Any]]:
@@ -160,7 +133,7 @@ def test_a_disconnect_cancels_the_rollout_and_frees_everything(
     before = live()
 
     bodies = [react(fake_model, decisions=4) for _ in range(clients)]
-    sockets = [_send_and_keep_open(app_server.base_url, body) for body in bodies]
+    sockets = [open_rollout(app_server.base_url, body, timeout=WAIT_S) for body in bodies]
     try:
         wait_until(lambda: len(fake_model.requests) == clients)  # every rollout is waiting for its model
         assert app_server.health()["rollouts"]["active"] == clients

@@ -35,7 +35,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import SECRETS, TEST_KEY, AppServer, assert_no_key_material
+from conftest import SECRETS, TEST_KEY, AppServer, assert_no_key_material, wait_until
 from fake_model import FakeModel, delay, tool_call
 from helpers import request_body
 
@@ -170,13 +170,6 @@ def storage_of(response: httpx.Response) -> dict[str, Any]:
     return storage
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)  # polling interval
-
-
 def db_rows(path: str | Path) -> dict[str, int]:
     """Timesteps per stored session, read-only."""
     with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
@@ -210,7 +203,7 @@ def test_sigkill_during_16_rollouts_loses_no_answered_rollout(tmp_path: Path, fa
 
         with ThreadPoolExecutor(max_workers=16) as pool:
             futures: list[Future[None]] = [pool.submit(post, body) for body in bodies]
-            wait_until(lambda: len(answered) >= 5)
+            wait_until(lambda: len(answered) >= 5, timeout=WAIT_S)
             assert first.health()["rollouts"]["active"] >= 4  # the kill lands in the middle of the others
             first.kill()
             errors = [future.exception(timeout=WAIT_S) for future in futures]

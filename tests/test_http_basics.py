@@ -76,11 +76,6 @@ def route_table(app: FastAPI) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def client(app_server: AppServer) -> httpx.Client:
-    return app_server.client()
-
-
-@pytest.fixture(scope="module")
 def anonymous(app_server: AppServer) -> httpx.Client:
     return app_server.client(key=None)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import socket
 import threading
 import time
 import uuid
@@ -23,7 +22,7 @@ from urllib.parse import urlsplit
 import anyio
 import httpx
 import pytest
-from conftest import SECRETS, TEST_KEY, AppServer, assert_no_key_material
+from conftest import SECRETS, AppServer, assert_no_key_material, open_rollout, wait_until
 from fake_model import HANG_LIMIT_S, Behaviour, Exchange, FakeModel, hang, tool_call
 from helpers import request_body
 
@@ -43,13 +42,6 @@ STEP_COUNT = re.compile(r"Step (\d+)/")
 
 def new_run_id(prefix: str = "run") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:12]}"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)  # polling interval, not a wait for something to happen
 
 
 def gated(gate: threading.Event, then: Behaviour | None = None) -> Behaviour:
@@ -142,11 +134,6 @@ def status_of(client: httpx.Client, run_id: str) -> dict[str, Any]:
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     return body
-
-
-@pytest.fixture(scope="module")
-def client(app_server: AppServer) -> httpx.Client:
-    return app_server.client()
 
 
 @pytest.fixture(scope="module")
@@ -497,19 +484,6 @@ def test_the_deadline_returns_what_ran(client: httpx.Client, fake_model: FakeMod
     assert status_of(client, body["run_id"])["status"] == "aborted"
 
 
-def _raw_rollout(base_url: str, body: dict[str, Any]) -> socket.socket:
-    """Send POST /rollout on a bare socket (no reading), so the test decides when the client goes away."""
-    parts = urlsplit(base_url)
-    payload = json.dumps(body).encode()
-    head = (
-        f"POST /rollout HTTP/1.1\r\nHost: {parts.netloc}\r\nX-API-Key: {TEST_KEY}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
-    ).encode()
-    sock = socket.create_connection((parts.hostname, parts.port), timeout=WAIT_S)
-    sock.sendall(head + payload)
-    return sock
-
-
 @pytest.mark.parametrize("how", ["closed-socket", "client-read-timeout"])
 def test_a_client_that_goes_away_aborts_its_rollout(
     app_server: AppServer, client: httpx.Client, fake_model: FakeModel, how: str
@@ -517,7 +491,7 @@ def test_a_client_that_goes_away_aborts_its_rollout(
     fake_model.default = hang()
     body = react(fake_model, decisions=3)
     if how == "closed-socket":
-        sock = _raw_rollout(app_server.base_url, body)
+        sock = open_rollout(app_server.base_url, body, timeout=WAIT_S)
         wait_until(lambda: len(fake_model.requests) >= 1)
         sock.close()
     else:

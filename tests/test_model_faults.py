@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from conftest import AppServer, start_app_server
+from conftest import AppServer, start_app_server, wait_until
 from fake_model import Behaviour, Exchange, FakeModel, error, hang, huge, raw, text, tool_call
 from helpers import request_body
 
@@ -135,13 +135,6 @@ def dead_port() -> int:
     return port
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)  # polling interval
-
-
 # --- server errors and rate limits ----------------------------------------------------------------
 
 
@@ -216,7 +209,7 @@ def test_a_slow_drip_ends_at_the_deadline(client: httpx.Client, fake_model: Fake
     result, elapsed = rollout(client, react(fake_model.url(), max_time_s=1.5))
     stopped(result, "deadline")
     assert 1.5 <= elapsed < 1.5 + MARGIN_S
-    wait_for(lambda: fake_model.stats.get("drip_client_left") == 1)  # the app hung up on the drip
+    wait_until(lambda: fake_model.stats.get("drip_client_left") == 1, timeout=5.0)  # the app hung up on the drip
     assert fake_model.stats["drip_pieces"] < 25
 
 
@@ -254,7 +247,7 @@ def test_a_50_mb_answer_is_cut_off_at_the_cap(client: httpx.Client, fake_model: 
     fake_model.script(huge(50 * 1024 * 1024))
     result, elapsed = rollout(client, react(fake_model.url()))
     stopped(result, "policy_error", "inference_response_too_large")
-    wait_for(lambda: "huge_bytes_sent" in fake_model.stats)
+    wait_until(lambda: "huge_bytes_sent" in fake_model.stats, timeout=5.0)
     assert fake_model.stats["huge_bytes_sent"] < 20 * 1024 * 1024  # the app stopped reading near 8 MB
     assert len(fake_model.requests) == 1 and elapsed < 5.0  # not retried
 
@@ -263,7 +256,7 @@ def test_a_declared_50_mb_answer_is_refused_unread(client: httpx.Client, fake_mo
     fake_model.script(huge(50 * 1024 * 1024, declare_length=True))
     result, _ = rollout(client, react(fake_model.url()))
     stopped(result, "policy_error", "inference_response_too_large")
-    wait_for(lambda: "huge_bytes_sent" in fake_model.stats)
+    wait_until(lambda: "huge_bytes_sent" in fake_model.stats, timeout=5.0)
     assert fake_model.stats["huge_bytes_sent"] < 20 * 1024 * 1024
 
 
