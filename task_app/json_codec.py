@@ -34,10 +34,17 @@ def _plain(value: Any) -> bool:
         return True
     if kind is float:
         return bool(value == 0 or SMALLEST_PLAIN_FLOAT <= abs(value) < float("inf"))
+    # Loops rather than all(<genexpr>), scalars checked inline: this walk runs on every payload encoded.
     if kind is list or kind is tuple:
-        return all(_plain(item) for item in value)
+        for item in value:
+            if type(item) not in _SCALARS and not _plain(item):
+                return False
+        return True
     if kind is dict:
-        return all(type(key) is str and _plain(item) for key, item in value.items())
+        for key, item in value.items():
+            if type(key) is not str or (type(item) not in _SCALARS and not _plain(item)):
+                return False
+        return True
     return False
 
 
@@ -50,7 +57,7 @@ def dumps(value: Any, *, default: Callable[[Any], Any] | None = None, allow_nan:
 
 
 def dumps_bytes(value: Any, *, default: Callable[[Any], Any] | None = None, allow_nan: bool = True) -> bytes:
-    """The same text, UTF-8 encoded (what httpx's `json=` sends, with `allow_nan=False`)."""
+    """The same text, UTF-8 encoded (the body of an outbound JSON request, with `allow_nan=False`)."""
     fast = _orjson(value)
     if fast is not None:
         return fast

@@ -19,6 +19,7 @@ before this format (all in full) read back unchanged.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from .calls import dumps
@@ -28,9 +29,20 @@ _REF = "text_ref"
 _REF_ROLES = frozenset({"system", "user"})
 
 
+@lru_cache(maxsize=32)
 def system_body(text: str) -> str:
-    """The `json_payload` the trace builder writes for a system message whose content is `text`."""
+    """The `json_payload` the trace builder writes for a system message whose content is `text`.
+
+    Cached: every decision of a rollout carries the same (~10 KB) prompt, so its body is encoded
+    once, and the store's comparison with the first step's body is an identity check.
+    """
     return dumps({"role": SYSTEM, "text": text, "content": text})
+
+
+@lru_cache(maxsize=32)
+def _system_ref(step_id: str) -> str:
+    """A system message body that points at the step holding the text (nearly always `decision_0`)."""
+    return dumps({"role": SYSTEM, _REF: {"step_id": step_id}})
 
 
 def _single_text(parts: Any) -> str | None:
@@ -63,7 +75,7 @@ class TextIndex:
         full, first_step = known
         if body != full or first_step == step_id:
             return body
-        return dumps({"role": SYSTEM, _REF: {"step_id": first_step}})
+        return _system_ref(first_step)
 
     def call_records(self, step_id: str, records: Any) -> Any:
         """`call_records` with each input message that repeats a stored text replaced by a reference."""

@@ -16,6 +16,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 from .calls import dumps_value, iso
@@ -84,7 +85,13 @@ def _json(value: Any) -> str | None:
 
 
 def _when(epoch: float | None) -> str | None:
-    return iso(datetime.fromtimestamp(epoch, UTC)) if isinstance(epoch, int | float) else None
+    return _epoch_iso(epoch) if isinstance(epoch, int | float) else None
+
+
+@lru_cache(maxsize=256)
+def _epoch_iso(epoch: float) -> str | None:
+    """Cached: a step's events and messages share two or three moments."""
+    return iso(datetime.fromtimestamp(epoch, UTC))
 
 
 def _cents(cost: Any) -> int | None:

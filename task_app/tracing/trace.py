@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .calls import call_record, content_text, cost_usd, dumps, iso, strip_images
+from .calls import call_record, content_text, dumps, iso, strip_images
+from .compact import SYSTEM, system_body
 from .rewards import decision_rewards, event_rewards, outcome_reward
 
 if TYPE_CHECKING:
@@ -107,7 +108,7 @@ def _session_details(result: RolloutResult, trace_format: str) -> dict[str, Any]
 # --- messages --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: four are built per decision, and a frozen __init__ is ~3x slower
 class _MessageSpec:
     message_type: str
     payload: dict[str, Any]
@@ -162,13 +163,20 @@ def _message_specs(record: DecisionRecord, *, raw: bool) -> Iterator[_MessageSpe
         )
 
 
+def _json_payload(spec: _MessageSpec) -> str:
+    content = spec.payload.get("content")
+    if spec.message_type == SYSTEM and isinstance(content, str):
+        return system_body(content)  # the same prompt every decision: encoded once
+    return dumps(spec.payload)
+
+
 def _message(spec: _MessageSpec, record: DecisionRecord) -> dict[str, Any]:
     metadata: dict[str, Any] = {"turn": record.index, "step_id": step_id(record.index)}
     if spec.is_tool_call:
         metadata["is_tool_call"] = True
     text = spec.payload.get("text")
     return {
-        "content": {"text": text if isinstance(text, str) else None, "json_payload": dumps(spec.payload)},
+        "content": {"text": text if isinstance(text, str) else None, "json_payload": _json_payload(spec)},
         "message_type": spec.message_type,
         "time_record": {"event_time": _epoch(spec.moment), "message_time": record.index},
         "metadata": metadata,
@@ -206,6 +214,9 @@ def _lm_event(result: RolloutResult, record: DecisionRecord, call: LMCall, *, ra
     first_id = tool_calls[0].get("id") if tool_calls and isinstance(tool_calls[0], Mapping) else None
     trace_id = result.plan.trace_correlation_id
     record_id = f"{result.plan.run_id}:{step_id(record.index)}"
+    tool_results = _tool_results(record, first_id)
+    llm_record = call_record(call, call_id=record_id, trace_id=trace_id, raw=raw, tool_results=tool_results)
+    usage = llm_record["usage"]  # the call's token counts and cost, worked out once
     return {
         "system_instance_id": policy_instance(result),
         "time_record": {"event_time": _epoch(call.started_at), "message_time": record.index},
@@ -220,20 +231,16 @@ def _lm_event(result: RolloutResult, record: DecisionRecord, call: LMCall, *, ra
         "event_metadata": None,
         "model_name": call.model,
         "provider": call.provider,
-        "input_tokens": call.input_tokens,
-        "output_tokens": call.output_tokens,
-        "total_tokens": call.total_tokens,
-        "cost_usd": cost_usd(call.usage),
-        "latency_ms": round(call.latency_ms),
+        "input_tokens": usage["input_tokens"],
+        "output_tokens": usage["output_tokens"],
+        "total_tokens": usage["total_tokens"],
+        "cost_usd": usage["cost_usd"],
+        "latency_ms": llm_record["latency_ms"],
         "span_id": None,
         "trace_id": trace_id,
         "system_state_before": None,
         "system_state_after": None,
-        "call_records": [
-            call_record(
-                call, call_id=record_id, trace_id=trace_id, raw=raw, tool_results=_tool_results(record, first_id)
-            )
-        ],
+        "call_records": [llm_record],
     }
 
 
