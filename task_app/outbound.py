@@ -15,6 +15,7 @@ and ignores proxy environment variables.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import aiohttp
@@ -55,7 +56,7 @@ class AnswerTooLarge(Exception):
 class SendFailure(Exception):
     """The request produced no HTTP answer."""
 
-    TIMEOUT = "timeout"  # connecting, waiting for a pooled connection, or a read took too long
+    TIMEOUT = "timeout"  # connecting, waiting for a pooled connection, a read or the whole exchange took too long
     CONNECT = "connect"  # refused, unresolvable host, TLS handshake failed
     TRANSPORT = "transport"  # the connection broke, or the server spoke broken HTTP
     REQUEST = "request"  # the request itself cannot be sent (URL or header values); retrying cannot help
@@ -82,11 +83,15 @@ async def post(
     *,
     connect_timeout_s: float,
     read_timeout_s: float,
+    total_timeout_s: float,
     max_bytes: int,
 ) -> Answer:
     """POST `content`; `connect_timeout_s` bounds the wait for a pooled connection plus connecting,
-    `read_timeout_s` each read. The caller bounds the whole exchange (a server may drip bytes)."""
-    timeout = aiohttp.ClientTimeout(total=None, connect=connect_timeout_s, sock_read=read_timeout_s)
+    `read_timeout_s` each read, `total_timeout_s` the whole exchange (a server may drip bytes)."""
+    # ceil_threshold=inf: aiohttp would otherwise round timeouts of 5 s and more up to a whole second.
+    timeout = aiohttp.ClientTimeout(
+        total=total_timeout_s, connect=connect_timeout_s, sock_read=read_timeout_s, ceil_threshold=math.inf
+    )
     try:
         async with session.post(url, data=content, headers=headers, timeout=timeout, allow_redirects=False) as response:
             status = response.status

@@ -9,7 +9,7 @@ The target / params / auth helpers are pure functions so the vendor proxy routes
 Retry policy (the seed retried for over an hour and never retried connection errors, defect 41):
 connection errors, timeouts, 429 and 5xx are retried with exponential backoff plus jitter, at most
 `max_attempts` times, and never past the deadline: a wait that would end after it is not started,
-and each attempt runs under `anyio.fail_after(min(connect + read timeout, remaining time + DEADLINE_GRACE_S))`.
+and each attempt is bounded in total by min(connect + read timeout, remaining time + DEADLINE_GRACE_S).
 Any other 4xx fails at once.
 
 A 200 whose body is not JSON is *not* retried and *not* an error: `ChatResult.body` is None and
@@ -374,15 +374,13 @@ class InferenceClient:
         # tripping the per-read timeout) is cut and retried like one that hangs.
         budget = limits.connect_timeout_s + limits.read_timeout_s
         try:
-            with anyio.fail_after(budget if remaining is None else min(budget, remaining + DEADLINE_GRACE_S)):
-                answer = await post(
-                    self.session, url, content, headers,
-                    connect_timeout_s=min(limits.connect_timeout_s, cap),
-                    read_timeout_s=min(limits.read_timeout_s, cap),
-                    max_bytes=limits.max_response_bytes,
-                )  # fmt: skip
-        except TimeoutError as exc:
-            raise _Retryable("the deadline expired during the request", "inference_timeout") from exc
+            answer = await post(
+                self.session, url, content, headers,
+                connect_timeout_s=min(limits.connect_timeout_s, cap),
+                read_timeout_s=min(limits.read_timeout_s, cap),
+                total_timeout_s=budget if remaining is None else min(budget, remaining + DEADLINE_GRACE_S),
+                max_bytes=limits.max_response_bytes,
+            )  # fmt: skip
         except AnswerTooLarge as exc:
             raise PolicyError(f"the model's {exc}", code="inference_response_too_large") from exc
         except SendFailure as exc:

@@ -93,15 +93,13 @@ async def _send(
     settings = state.settings
     headers = {**target.headers(), "Content-Type": "application/json"}
     try:
-        with anyio.fail_after(settings.inference_connect_timeout_s + settings.inference_read_timeout_s):
-            answer = await post(
-                state.http, target.http_url or target.url, dumps_bytes(body, allow_nan=False), headers,
-                connect_timeout_s=settings.inference_connect_timeout_s,
-                read_timeout_s=settings.inference_read_timeout_s,
-                max_bytes=settings.inference_max_response_bytes,
-            )  # fmt: skip
-    except TimeoutError as exc:
-        raise _timeout(vendor) from exc
+        answer = await post(
+            state.http, target.http_url or target.url, dumps_bytes(body, allow_nan=False), headers,
+            connect_timeout_s=settings.inference_connect_timeout_s,
+            read_timeout_s=settings.inference_read_timeout_s,
+            total_timeout_s=settings.inference_connect_timeout_s + settings.inference_read_timeout_s,
+            max_bytes=settings.inference_max_response_bytes,
+        )  # fmt: skip
     except AnswerTooLarge as exc:
         raise UpstreamError(
             f"the {vendor} answer exceeded {exc.limit} bytes",
@@ -111,7 +109,9 @@ async def _send(
         ) from exc
     except SendFailure as exc:
         if exc.kind == SendFailure.TIMEOUT:
-            raise _timeout(vendor) from exc
+            raise UpstreamTimeout(
+                f"{vendor} did not answer within the time limit", code=f"{vendor}_timeout", vendor=vendor
+            ) from exc
         if exc.kind == SendFailure.CONNECT:
             raise UpstreamError(f"cannot connect to {vendor}", code=f"{vendor}_unreachable", vendor=vendor) from exc
         raise UpstreamError(
@@ -131,10 +131,6 @@ async def _send(
             status=answer.status,
         )
     return answer.status, parsed
-
-
-def _timeout(vendor: str) -> UpstreamTimeout:
-    return UpstreamTimeout(f"{vendor} did not answer within the time limit", code=f"{vendor}_timeout", vendor=vendor)
 
 
 def _vendor_error(vendor: str, status: int, raw: bytes, retry_after: str | None, settings: Settings) -> UpstreamError:
