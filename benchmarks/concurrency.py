@@ -203,7 +203,15 @@ def run_phase(phase: Phase, repetitions: int, **settings: Any) -> list[Figure]:
 
 
 def run(repetitions: int, quick: bool) -> list[Figure]:
-    phases = [Phase(64, 20, 200), Phase(256, 10 if quick else 20, 1000)]
+    """The issue's two phases (with targets), then two without targets that the Modal sizing reads: half
+    the concurrency at 200 ms, and 64 rollouts at a 1 s model (the README, "Concurrency, containers")."""
+    decisions = 10 if quick else 20
+    phases = [
+        Phase(64, 20, 200),
+        Phase(256, decisions, 1000),
+        Phase(32, 20, 200, target_ratio=None, target_lag_ms=None),
+        Phase(64, decisions, 1000, target_ratio=None, target_lag_ms=None),
+    ]
     figures: list[Figure] = []
     for phase in phases:
         figures += run_phase(phase, repetitions)
