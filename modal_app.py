@@ -99,7 +99,7 @@ class DeployConfig:
     buffer_containers: int = 0
     scaledown_window_s: int = 300
     max_inputs: int = 64  # concurrent requests (rollouts + health/info calls) per container
-    target_inputs: int = 48  # what the autoscaler aims for; bursts go up to max_inputs
+    target_inputs: int = 32  # what the autoscaler aims for (README: B3 sizing); bursts go up to max_inputs
     cpu: float = 2.0
     memory_mb: int = 4096
     max_time_s: int = 3600  # the app's TASKAPP_MAX_TIME_S, the longest rollout it accepts

@@ -207,7 +207,7 @@ def test_function_info_shows_resources_secrets_volume_and_concurrency() -> None:
     assert (info.cpu, info.memory_mib) == (2.0, 4096)
     assert info.timeout == config.timeout_s == 3900 > config.max_time_s == 3600
     assert info.concurrency_info is not None
-    assert (info.concurrency_info.max_inputs, info.concurrency_info.target_inputs) == (64, 48)
+    assert (info.concurrency_info.max_inputs, info.concurrency_info.target_inputs) == (64, 32)
     assert {path: mount.name for path, mount in info.volumes.items()} == {"/traces": "crafter-task-app-traces"}
     assert info.secrets == [
         "modal.Secret.from_name('crafter-environment-api-key')",
@@ -227,7 +227,7 @@ def test_deploy_request_carries_autoscaling_snapshot_and_label() -> None:
     )  # fmt: skip
     assert (config.min_containers, config.max_containers, config.buffer_containers) == (0, 10, 0)
     assert function.timeout_secs == config.timeout_s
-    assert (function.max_concurrent_inputs, function.target_concurrent_inputs) == (64, 48)
+    assert (function.max_concurrent_inputs, function.target_concurrent_inputs) == (64, 32)
     assert function.checkpointing_enabled is True  # enable_memory_snapshot
     assert (function.resources.milli_cpu, function.resources.memory_mb) == (2000, 4096)
     webhook = function.method_definitions["fastapi_app"].webhook_config
