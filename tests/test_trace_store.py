@@ -90,20 +90,6 @@ async def test_schema_matches_the_seed(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
 
-async def test_new_databases_get_16k_pages_existing_ones_keep_theirs(tmp_path: Path, result: RolloutResult) -> None:
-    new, old = tmp_path / "new.db", tmp_path / "old.db"
-    with sqlite3.connect(old) as conn:
-        conn.execute("CREATE TABLE made_before (x)")  # an existing database with the default page size
-    for path in (new, old):
-        async with TraceStore(path) as store:
-            assert (await store.write(result))["stored"]
-    with sqlite3.connect(new) as conn:
-        assert conn.execute("PRAGMA page_size").fetchone()[0] == 16384
-    with sqlite3.connect(old) as conn:
-        assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096
-    assert counts(old, "store-run") == counts(new, "store-run") == expected_counts(result)
-
-
 async def test_round_trip(tmp_path: Path, result: RolloutResult) -> None:
     path = tmp_path / "t.db"
     async with TraceStore(path) as store:
