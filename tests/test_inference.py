@@ -238,6 +238,15 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
+async def test_an_unsendable_request_fails_at_once_without_the_key(model: FakeModel) -> None:
+    target = InferenceTarget(model.url(), "custom", SecretStr("caller-key\r\nX-Injected: 1"))
+    async with open_session(8) as http:
+        with pytest.raises(PolicyError) as caught:
+            await InferenceClient(http, FAST).chat(target, BODY, deadline=None)
+    assert caught.value.code == "inference_request_error"  # not retried: another attempt cannot help
+    assert "caller-key" not in str(caught.value) and model.requests == []
+
+
 async def test_connection_refused_exhausts_attempts() -> None:
     target = InferenceTarget(f"http://127.0.0.1:{_closed_port()}/v1/chat/completions", "custom")
     async with open_session(8) as http:
