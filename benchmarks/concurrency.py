@@ -115,11 +115,11 @@ async def _window(app: Served, model: Served, phase: Phase, seeds: list[int]) ->
         for index in range(phase.concurrency)
     ]
     async with client(phase.concurrency + 4) as http:
-        before = _lag_buckets(await get_json(http, app.url + "/health"))
-        cpu_before, started = app.cpu_s(), time.perf_counter()
-        model_before, client_before = model.cpu_s(), time.process_time()
         outcomes = []
-        with _HealthPoller(app.url) as poller:
+        with _HealthPoller(app.url) as poller:  # started (a new process) before the clock, not inside it
+            before = _lag_buckets(await get_json(http, app.url + "/health"))
+            cpu_before, started = app.cpu_s(), time.perf_counter()
+            model_before, client_before = model.cpu_s(), time.process_time()
             async with anyio.create_task_group() as group:
 
                 async def one(body: dict[str, Any]) -> None:
@@ -127,10 +127,10 @@ async def _window(app: Served, model: Served, phase: Phase, seeds: list[int]) ->
 
                 for body in bodies:
                     group.start_soon(one, body)
-        wall = time.perf_counter() - started
-        cpu = app.cpu_s() - cpu_before
-        model_cpu, client_cpu = model.cpu_s() - model_before, time.process_time() - client_before
-        after = _lag_buckets(await get_json(http, app.url + "/health"))
+            wall = time.perf_counter() - started
+            cpu = app.cpu_s() - cpu_before
+            model_cpu, client_cpu = model.cpu_s() - model_before, time.process_time() - client_before
+            after = _lag_buckets(await get_json(http, app.url + "/health"))
     rollout_s = [outcome.wall_s for outcome in outcomes]
     decisions = sum(outcome.decisions for outcome in outcomes)
     if decisions != phase.concurrency * phase.decisions:
