@@ -21,6 +21,7 @@ from test_tracing_payload import MODEL, rollout, run_rollout, with_run_id
 from task_app.crafter import WorldFactory
 from task_app.rollout.result import RolloutResult
 from task_app.tracing import MIGRATIONS, SCHEMA_VERSION, TraceStore, build_session_trace
+from task_app.tracing.rows import SessionRows, session_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -174,6 +175,50 @@ async def test_32_concurrent_rollouts_write_at_once(tmp_path: Path, worlds: Worl
             total[table] = total.get(table, 0) + number
     assert counts(path) == total
     assert elapsed < 20, elapsed
+
+
+def built_rows(result: RolloutResult) -> SessionRows:
+    """The rows the server builds during a rollout: `write(rows=...)` then queues at once, in call order."""
+    return session_rows(build_session_trace(result))
+
+
+async def test_rollouts_that_end_together_share_one_commit(tmp_path: Path, result: RolloutResult) -> None:
+    path = tmp_path / "t.db"
+    results = [with_run_id(result, f"group-{index}") for index in range(12)]
+    async with TraceStore(path) as store:
+        statuses = await asyncio.gather(*(store.write(item, rows=built_rows(item)) for item in results))
+        health = store.health()
+    assert statuses == [{"stored": True}] * 12
+    assert (health["written"], health["transactions"]) == (12, 1)
+    for item in results:
+        assert counts(path, item.plan.run_id) == expected_counts(result)
+
+
+async def test_a_bad_trace_in_a_group_fails_alone(tmp_path: Path, result: RolloutResult) -> None:
+    path = tmp_path / "t.db"
+    results = [with_run_id(result, f"group-{index}") for index in range(4)]
+    rows = [built_rows(item) for item in results]
+    rows[1].events.append(("group-1", "too few values"))  # not insertable: the whole group's commit fails
+    async with TraceStore(path) as store:
+        statuses = await asyncio.gather(*(store.write(item, rows=r) for item, r in zip(results, rows, strict=True)))
+        health = store.health()
+    assert statuses[1]["stored"] is False and "bindings" in statuses[1]["error"]
+    assert [statuses[index] for index in (0, 2, 3)] == [{"stored": True}] * 3
+    assert (health["written"], health["failures"], health["status"]) == (3, 1, "ok")
+    assert counts(path, "group-1") == dict.fromkeys(SESSION_TABLES, 0)  # nothing half-written
+    for index in (0, 2, 3):
+        assert counts(path, f"group-{index}") == expected_counts(result)
+
+
+async def test_a_run_written_twice_in_one_group_is_replaced_not_merged(
+    tmp_path: Path, result: RolloutResult, short_result: RolloutResult
+) -> None:
+    path = tmp_path / "t.db"
+    async with TraceStore(path) as store:  # both are run "store-run"; the later write wins
+        statuses = await asyncio.gather(*(store.write(item, rows=built_rows(item)) for item in (result, short_result)))
+        health = store.health()
+    assert statuses == [{"stored": True}] * 2 and health["transactions"] == 2
+    assert counts(path) == expected_counts(short_result)
 
 
 async def test_list_sessions_filters(tmp_path: Path, result: RolloutResult, short_result: RolloutResult) -> None:
