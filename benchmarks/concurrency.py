@@ -152,8 +152,7 @@ async def _window(app: Served, model: Served, phase: Phase, seeds: list[int]) ->
 async def _warm(app: Served, model_url: str, seeds: list[int]) -> None:
     async with client(8) as http:
         for start in range(0, len(seeds), 64):
-            response = await http.get(app.url + "/task_info", params=[("seed", s) for s in seeds[start : start + 64]])
-            response.raise_for_status()
+            await get_json(http, app.url + "/task_info", params=[("seed", s) for s in seeds[start : start + 64]])
         await post_rollout(http, app.url, rollout_body(model_url, seeds[0], 3))
 
 

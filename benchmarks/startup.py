@@ -13,9 +13,8 @@ from __future__ import annotations
 import time
 
 import anyio
-import httpx
 
-from .client import client, post_rollout, rollout_body
+from .client import client, get_json, post_rollout, rollout_body
 from .processes import app_server, fake_model
 from .report import Figure, median_of
 
@@ -28,10 +27,10 @@ async def _repetition(app_url: str, model_url: str, seeds: list[int], info_seeds
         new = [(await post_rollout(http, app_url, rollout_body(model_url, seed, 1))).wall_s for seed in seeds]
         cached = [(await post_rollout(http, app_url, rollout_body(model_url, seed, 1))).wall_s for seed in seeds]
         started = time.perf_counter()
-        response = await http.get(app_url + "/task_info", params=[("seed", seed) for seed in info_seeds])
+        traits = await get_json(http, app_url + "/task_info", params=[("seed", seed) for seed in info_seeds])
         task_info = time.perf_counter() - started
-        if response.status_code != httpx.codes.OK or len(response.json()) != len(info_seeds):
-            raise RuntimeError(f"/task_info failed: HTTP {response.status_code}")
+        if len(traits) != len(info_seeds):
+            raise RuntimeError(f"/task_info answered {len(traits)} seeds, asked {len(info_seeds)}")
     return median_of(new) * 1000, median_of(cached) * 1000, task_info * 1000
 
 
@@ -56,4 +55,4 @@ async def _warm_up(app_url: str, model_url: str) -> None:
     """One rollout and one /task_info call first: the first request of a process pays for imports."""
     async with client(2) as http:
         await post_rollout(http, app_url, rollout_body(model_url, 1_999_999, 2))
-        await http.get(app_url + "/task_info", params={"seed": 1_999_998})
+        await get_json(http, app_url + "/task_info", params={"seed": 1_999_998})
