@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import functools
+import gc
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 import anyio
@@ -105,6 +106,22 @@ def _offload(limiter: anyio.CapacityLimiter) -> Callable[[Callable[[], T]], Any]
     return offload
 
 
+@contextmanager
+def _start_up_objects_frozen() -> Iterator[None]:
+    """Move every object alive after start-up (modules, numba's compiled world generator: ~170k
+    objects) out of the cyclic GC's reach while the app serves, and back at shutdown.
+
+    A full collection otherwise walks them all: ~110 ms with the GIL held, a stall of every rollout in
+    flight (benchmarks/ B3 at 64 x 200 ms: one per window, ~2 % of the throughput); frozen, ~30 ms.
+    """
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
@@ -138,7 +155,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                 loop_lag=loop_lag,
             )
             logger.info("task app ready: %s", settings.service_id)
-            yield
+            with _start_up_objects_frozen():
+                yield
         finally:
             if loop_lag is not None:
                 await loop_lag.close()
