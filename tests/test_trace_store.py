@@ -194,6 +194,21 @@ async def test_rollouts_that_end_together_share_one_commit(tmp_path: Path, resul
         assert counts(path, item.plan.run_id) == expected_counts(result)
 
 
+async def test_a_group_stops_at_its_row_bound(
+    tmp_path: Path, result: RolloutResult, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from task_app.tracing import store as store_module
+
+    results = [with_run_id(result, f"bounded-{index}") for index in range(6)]
+    rows = [built_rows(item) for item in results]
+    monkeypatch.setattr(store_module, "MAX_BATCH_ROWS", 2 * rows[0].row_count)  # two rollouts a transaction
+    async with TraceStore(tmp_path / "t.db") as store:
+        statuses = await asyncio.gather(*(store.write(item, rows=r) for item, r in zip(results, rows, strict=True)))
+        health = store.health()
+    assert statuses == [{"stored": True}] * 6
+    assert (health["written"], health["transactions"]) == (6, 3)
+
+
 async def test_a_bad_trace_in_a_group_fails_alone(tmp_path: Path, result: RolloutResult) -> None:
     path = tmp_path / "t.db"
     results = [with_run_id(result, f"group-{index}") for index in range(4)]

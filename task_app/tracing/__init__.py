@@ -4,7 +4,7 @@ trace.py   RolloutResult -> compact | structured | full payloads (pure)
 calls.py   LMCall -> tracing_v3 LLMCallRecord; message/content helpers
 rows.py    SessionTrace <-> rows of the seed's tables
 schema.py  DDL, PRAGMA user_version migrations
-store.py   TraceStore: one connection, one writer task, one transaction per rollout
+store.py   TraceStore: one connection, one writer task, one transaction per queued batch
 sft.py     SFT records and the atomic per-run JSONL writer
 """
 

@@ -2,16 +2,16 @@
 
     rollout ──write(result)──► build rows (worker thread) ──► bounded queue ──► writer task
         ▲                                                                       │ one transaction
-        └──────────── {"stored": true} once COMMIT returned ◄───────────────────┘ per rollout
+        └──────────── {"stored": true} once COMMIT returned ◄───────────────────┘ per batch queued
 
 - `write` returns only after the rollout's transaction committed, so the HTTP layer can answer after it:
   a process killed after answering has lost nothing (WAL + `synchronous=NORMAL` survives a process
   crash; only an OS crash or power loss can drop the last commits).
-- Group commit: the writer takes every job queued when it comes round (up to `MAX_BATCH`) into one
-  transaction, so a batch of rollouts that end together pays one commit and a dozen statement round
-  trips instead of one of each per rollout (benchmarks/ B3: the last of 64 rollouts waited ~300 ms
-  behind the others' commits). If the batch fails, each job is retried alone, so one bad job or a
-  full disk gets its own precise status and never fails the others.
+- Group commit: the writer takes every job queued when it comes round (up to `MAX_BATCH` rollouts or
+  `MAX_BATCH_ROWS` rows) into one transaction, so rollouts that end together pay one commit and a
+  dozen statement round trips instead of one of each per rollout (benchmarks/ B3: the last of 64
+  rollouts waited ~300 ms behind the others' commits). If the batch fails, each job is retried alone,
+  so one bad job or a full disk gets its own precise status and never fails the others.
 - A run_id written again REPLACES its session: the transaction deletes every row of that session_id,
   then inserts the new ones. A replayed run never duplicates rows, and a re-run with a different trace
   never merges with the old one (seed defect 39).
@@ -64,7 +64,10 @@ DEFAULT_BUSY_TIMEOUT_MS = 5000
 # (benchmarks/ B3: -12 % throughput over ~400 rollouts). A cap, not an allocation.
 DEFAULT_CACHE_MB = 64
 DEFAULT_LIST_LIMIT = 100
-MAX_BATCH = 64  # rollouts per transaction (~0.3 MB each at 20 decisions: a bounded WAL append)
+# A batch stops at either bound, so one transaction (and the WAL it appends) stays ~10-20 MB whether
+# the rollouts are short or long (~140 rows for 20 decisions).
+MAX_BATCH = 64
+MAX_BATCH_ROWS = 20_000
 _STORAGE_ERRORS = (sqlite3.Error, OSError)
 
 
@@ -252,10 +255,12 @@ class TraceStore:
         closing = False
         while not closing:
             batch: list[_Job] = []
+            rows = 0
             job = await queue.get()
             while job is not None:
                 batch.append(job)
-                if len(batch) >= MAX_BATCH or queue.empty():
+                rows += job.rows.row_count
+                if len(batch) >= MAX_BATCH or rows >= MAX_BATCH_ROWS or queue.empty():
                     break
                 job = queue.get_nowait()
             closing = job is None
