@@ -413,8 +413,10 @@ def soak(minutes: float, concurrency: int, fault_rate: float, sample_every_s: fl
     model = SoakModel()
     with tempfile.TemporaryDirectory(prefix="soak-") as temporary, serve_in_thread(model) as model_base:
         # the fake model's own complaints about the faults it injects (a dropped connection is an
-        # "ASGI callable returned without starting response") are not the app's: keep them quiet
+        # "ASGI callable returned without starting response"; writing on after the app hung up on a
+        # 10 MB answer is asyncio's "socket.send() raised exception.") are not the app's: keep them quiet
         logging.getLogger("uvicorn.error").setLevel(logging.CRITICAL)
+        logging.getLogger("asyncio").setLevel(logging.CRITICAL)
         directory = Path(temporary)
         db = directory / "traces.db"
         model_url = model_base + "/v1/chat/completions"
