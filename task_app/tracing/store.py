@@ -9,9 +9,9 @@
   crash; only an OS crash or power loss can drop the last commits).
 - Group commit: the writer takes every job queued when it comes round (up to `MAX_BATCH` rollouts or
   `MAX_BATCH_ROWS` rows) into one transaction, so rollouts that end together pay one commit and a
-  dozen statement round trips instead of one of each per rollout (benchmarks/ B3: the last of 64
-  rollouts waited ~300 ms behind the others' commits). If the batch fails, each job is retried alone,
-  so one bad job or a full disk gets its own precise status and never fails the others.
+  dozen statement round trips instead of one of each per rollout, and the last of them no longer
+  waits behind every other one's commit (benchmarks/ B3). If the batch fails, each job is retried
+  alone, so one bad job or a full disk gets its own precise status and never fails the others.
 - A run_id written again REPLACES its session: the transaction deletes every row of that session_id,
   then inserts the new ones. A replayed run never duplicates rows, and a re-run with a different trace
   never merges with the old one (seed defect 39).
