@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import crafter
 
-from task_app.crafter import Game, WorldFactory
+from task_app.crafter import Game, Observation, WorldFactory
 from task_app.crafter.actions import ACTION_IDS, plan_from_names
 
 from .client import rollout_body, run_sync
@@ -51,17 +51,10 @@ def floor_cpu_s(factory: WorldFactory, seeds: list[int], decisions: int, actions
     """Both floors for the rollouts the server ran (see the module docstring)."""
     floors = Floors()
     for seed in seeds:
-        game = stock = observation = None
+        game, stock, observation = _episode(factory, seed, decisions, floors)
         for _ in range(decisions):
-            if game is None or game.done:  # on_done = reset: a new episode on the same seed
-                game = Game(factory.world(seed, AREA, LENGTH), decision_limit=decisions)
-                stock = crafter.Env(area=AREA, length=LENGTH, seed=seed)
-                stock.reset()
-                start = time.process_time()
-                observation = game.observe()
-                spent = time.process_time() - start
-                floors.bare_s += spent
-                floors.render_free_s += spent
+            if game.done:  # on_done = reset: a new episode on the same seed
+                game, stock, observation = _episode(factory, seed, decisions, floors)
             step = int(observation.data["num_steps_taken"])
             plan = plan_from_names(bench_actions(step, actions), MAX_ACTIONS)
             start = time.process_time()
@@ -76,6 +69,20 @@ def floor_cpu_s(factory: WorldFactory, seeds: list[int], decisions: int, actions
             floors.bare_s += (stepped - observed) + (observed - applied)
             floors.decisions += 1
     return floors
+
+
+def _episode(factory: WorldFactory, seed: int, decisions: int, floors: Floors) -> tuple[Game, crafter.Env, Observation]:
+    """A new episode on both sides: our game and stock crafter's env on the same seed; the first
+    observation counts on both floors."""
+    game = Game(factory.world(seed, AREA, LENGTH), decision_limit=decisions)
+    stock = crafter.Env(area=AREA, length=LENGTH, seed=seed)
+    stock.reset()
+    start = time.process_time()
+    observation = game.observe()
+    spent = time.process_time() - start
+    floors.bare_s += spent
+    floors.render_free_s += spent
+    return game, stock, observation
 
 
 def _measure(app: Served, model_url: str, seeds: list[int], decisions: int, actions: int) -> tuple[float, float]:
