@@ -49,7 +49,7 @@ logger = logging.getLogger("modal_app")
 ROOT = Path(__file__).resolve().parent
 REMOTE_ROOT = "/root"  # on PYTHONPATH in Modal containers, and where this file is mounted
 REMOTE_PACKAGE = f"{REMOTE_ROOT}/task_app"
-REMOTE_RUBRICS = f"{REMOTE_ROOT}/rubrics"  # = task_app.rubrics.default_rubrics_dir() in the image
+REMOTE_RUBRICS = f"{REMOTE_ROOT}/rubrics"  # = task_app.core.rubrics.default_rubrics_dir() in the image
 TRACES_MOUNT = "/traces"
 VOLUME_TRACES_DIR = Path(TRACES_MOUNT) / "traces"
 LIVE_TRACES_DIR = Path("/tmp/task-app-traces")  # the container's local disk
@@ -308,16 +308,16 @@ def container_name(environ: Mapping[str, str] = os.environ) -> str:
 
 def warm_up() -> None:
     """The heavy imports, and numba's kernels compiled (or loaded from the image's cache) by one small world."""
-    import task_app.server  # noqa: F401 - fastapi, pydantic models, crafter, numpy, numba, aiosqlite, aiohttp
-    from task_app.crafter import WorldFactory
+    import task_app.web.server  # noqa: F401 - fastapi, pydantic models, crafter, numpy, numba, aiosqlite, aiohttp
+    from task_app.game import WorldFactory
 
     WorldFactory(cache_size=0).warm_up()
 
 
 def build_app(commit: Commit | None = None) -> FastAPI:
     """The task app of this container: settings from the environment, its own trace database."""
-    from task_app.server import create_app
-    from task_app.settings import Settings
+    from task_app.core.settings import Settings
+    from task_app.web.server import create_app
 
     name = container_name()
     live = LIVE_TRACES_DIR / f"{name}.db"

@@ -20,8 +20,8 @@ import logging
 import os
 import sys
 
-from task_app.server import create_app
-from task_app.settings import Settings
+from task_app.core.settings import Settings
+from task_app.web.server import create_app
 
 from .loopback import serve_on_loopback
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import crafter
 
-from task_app.crafter import Game, Observation, WorldFactory
-from task_app.crafter.actions import ACTION_IDS, plan_from_names
+from task_app.game import Game, Observation, WorldFactory
+from task_app.game.actions import ACTION_IDS, plan_from_names
 
 from .client import rollout_body, run_sync
 from .fake_model import bench_actions

@@ -51,7 +51,7 @@ from typing import Any
 import anyio
 import httpx
 
-from task_app.local_server import serve_in_thread
+from task_app.web.local_server import serve_in_thread
 
 from .fake_model import read_body
 

@@ -36,8 +36,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from task_app.crafter import ACTIONS, Game, WorldFactory
-from task_app.crafter.actions import plan_from_names
+from task_app.game import ACTIONS, Game, WorldFactory
+from task_app.game.actions import plan_from_names
 
 AREA = (64, 64)
 LENGTH = 10_000

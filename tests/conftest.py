@@ -20,11 +20,11 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from task_app.crafter import WorldFactory
-from task_app.local_server import serve_in_thread
-from task_app.server import create_app
-from task_app.settings import Settings
-from task_app.state import AppState
+from task_app.core.settings import Settings
+from task_app.game import WorldFactory
+from task_app.web.local_server import serve_in_thread
+from task_app.web.server import create_app
+from task_app.web.state import AppState
 
 _OWN_VARIABLES = (
     "ENVIRONMENT_API_KEY",

@@ -13,15 +13,17 @@ import random
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from task_app.contracts import RolloutRequest
-from task_app.crafter import TOOL_NAME, GameEnv, Observation
-from task_app.crafter.observation import nearest
+from task_app.core.contracts import RolloutRequest
+from task_app.core.settings import Settings
+from task_app.game import TOOL_NAME, GameEnv, Observation
+from task_app.game.observation import nearest
 from task_app.policy.base import HistoryEntry, PolicyDecision, PolicyError
 from task_app.rollout.control import RunControl
 from task_app.rollout.engine import RolloutEngine
 from task_app.rollout.plan import RolloutPlan, build_plan
 from task_app.rollout.result import RolloutResult
-from task_app.settings import Settings
+from task_app.tracing import TraceStore, build_session_trace
+from task_app.tracing.rows import session_rows
 
 MOVES = {(-1, 0): "move_left", (1, 0): "move_right", (0, -1): "move_up", (0, 1): "move_down"}
 MOVE_ACTIONS = tuple(MOVES.values())
@@ -270,3 +272,8 @@ def trajectory_key(result: RolloutResult) -> list[tuple[Any, ...]]:
         )
         for record in result.records
     ]
+
+
+async def store_result(store: TraceStore, result: RolloutResult) -> dict[str, Any]:
+    """Write a finished rollout's structured trace to `store`, as the recorder does without live rows."""
+    return await store.write(result.plan.run_id, session_rows(build_session_trace(result)))

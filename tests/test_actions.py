@@ -8,8 +8,8 @@ from typing import Any
 import crafter
 import pytest
 
-from task_app.crafter import ACHIEVEMENTS, ACTION_IDS, ACTIONS, TOOL_NAME, normalise_tool_calls
-from task_app.crafter.actions import action_name, plan_from_names
+from task_app.game import ACHIEVEMENTS, ACTION_IDS, ACTIONS, TOOL_NAME, normalise_tool_calls
+from task_app.game.actions import action_name, plan_from_names
 
 MAX = 8
 

@@ -22,7 +22,7 @@ import pytest
 from conftest import ALIAS_KEY, TEST_KEY, AppServer, assert_no_key_material
 from helpers import request_body
 
-from task_app.contracts import ErrorResponse
+from task_app.core.contracts import ErrorResponse
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")
 

@@ -32,9 +32,9 @@ from fake_model import HANG_LIMIT_S, Behaviour, Exchange, FakeModel, error, tool
 from helpers import request_body
 from test_crash_storage import ServerProcess, server_process
 
-from task_app.contracts import ErrorResponse, RolloutResponse
-from task_app.crafter import GameEnv
-from task_app.crafter.game import Game
+from task_app.core.contracts import ErrorResponse, RolloutResponse
+from task_app.game import GameEnv
+from task_app.game.episode import Game
 from task_app.rollout.engine import RolloutEngine
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")

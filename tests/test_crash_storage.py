@@ -39,7 +39,7 @@ from conftest import SECRETS, TEST_KEY, AppServer, assert_no_key_material, wait_
 from fake_model import FakeModel, delay, tool_call
 from helpers import request_body
 
-from task_app.contracts import RolloutResponse
+from task_app.core.contracts import RolloutResponse
 from task_app.tracing import TraceStore
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")

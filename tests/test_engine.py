@@ -21,8 +21,8 @@ from helpers import (
     trajectory_key,
 )
 
-from task_app.contracts import RolloutResponse
-from task_app.crafter import GameEnv, WorldFactory
+from task_app.core.contracts import RolloutResponse
+from task_app.game import GameEnv, WorldFactory
 from task_app.rollout.control import RunControl
 from task_app.rollout.engine import RolloutEngine
 from task_app.rollout.result import RolloutResult

@@ -32,8 +32,8 @@ from conftest import SECRETS, TEST_KEY, AppServer, assert_no_key_material, start
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import negative_data_rejection, positive_data_acceptance
 
-from task_app.server import create_app
-from task_app.settings import Settings
+from task_app.core.settings import Settings
+from task_app.web.server import create_app
 
 # Generated cases per operation; `FUZZ_EXAMPLES=400 pytest tests/test_fuzz.py` for a deeper run (~40 s).
 FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))

@@ -16,8 +16,8 @@ import pytest
 from conftest import ALIAS_KEY, TEST_KEY, AppServer
 from fastapi import FastAPI
 
-from task_app.contracts import ErrorResponse
-from task_app.crafter import ACTIONS
+from task_app.core.contracts import ErrorResponse
+from task_app.game import ACTIONS
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")
 

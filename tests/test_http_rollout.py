@@ -26,7 +26,7 @@ from conftest import SECRETS, AppServer, assert_no_key_material, open_rollout, w
 from fake_model import HANG_LIMIT_S, Behaviour, Exchange, FakeModel, hang, tool_call
 from helpers import request_body
 
-from task_app.contracts import ErrorResponse, RolloutResponse
+from task_app.core.contracts import ErrorResponse, RolloutResponse
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")
 

@@ -15,8 +15,9 @@ import pytest
 from fake_model import FakeModel, delay, drop, error, hang, huge, raw, text, tool_call
 from pydantic import SecretStr
 
-from task_app.errors import NotConfigured
-from task_app.outbound import open_session
+from task_app.core.errors import NotConfigured
+from task_app.core.outbound import open_session
+from task_app.core.settings import Settings
 from task_app.policy.base import PolicyError
 from task_app.policy.inference import (
     DEFAULT_MAX_TOKENS,
@@ -29,7 +30,6 @@ from task_app.policy.inference import (
     is_reasoning_model,
     resolve_target,
 )
-from task_app.settings import Settings
 
 pytestmark = pytest.mark.anyio
 

@@ -12,7 +12,7 @@ import anyio
 import pytest
 from conftest import AppServer, start_app_server
 
-from task_app.loop_lag import BUCKETS_MS, LoopLagProbe
+from task_app.web.loop_lag import BUCKETS_MS, LoopLagProbe
 
 pytestmark = pytest.mark.anyio
 

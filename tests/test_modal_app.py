@@ -42,8 +42,8 @@ from modal._utils.async_utils import synchronizer
 from modal.mount import _Mount
 from modal_proto import api_pb2
 
-from task_app.local_server import serve_in_thread
-from task_app.rubrics import RUBRIC_FILES
+from task_app.core.rubrics import RUBRIC_FILES
+from task_app.web.local_server import serve_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -198,7 +198,7 @@ def test_module_imports_offline_without_deprecated_apis() -> None:
     source = (ROOT / "modal_app.py").read_text()
     for name in DEPRECATED:
         assert name not in source, name
-    assert "os.environ" not in (ROOT / "task_app" / "server.py").read_text()
+    assert "os.environ" not in (ROOT / "task_app" / "web" / "server.py").read_text()
 
 
 def test_function_info_shows_resources_secrets_volume_and_concurrency() -> None:
@@ -367,14 +367,14 @@ def _materialise(layers: list[dict[str, Any]], root: Path) -> Path:
 
 PROBE = """
 import json, sys
-import modal_app, task_app.rubrics as rubrics
+import modal_app, task_app.core.rubrics as rubrics
 from dataclasses import asdict
-from task_app.settings import Settings
+from task_app.core.settings import Settings
 settings = Settings()
 loaded = rubrics.load_rubrics(settings.rubrics_dir)
 print(json.dumps({
     "package": rubrics.__file__,
-    "default_dir": str(rubrics.default_rubrics_dir()),
+    "default_dir": str(rubrics.packaged_rubrics()),
     "settings_dir": str(settings.rubrics_dir),
     "same": loaded == rubrics.load_rubrics(None),
     "config": asdict(modal_app.CONFIG),
@@ -402,7 +402,7 @@ def test_the_container_layout_resolves_rubrics_and_config_as_deployed(tmp_path: 
     )
     assert result.returncode == 0, result.stderr
     probe = json.loads(result.stdout.strip().splitlines()[-1])
-    assert probe["package"] == str(image_root / "task_app" / "rubrics.py")
+    assert probe["package"] == str(image_root / "task_app" / "core" / "rubrics.py")
     assert probe["default_dir"] == probe["settings_dir"] == str(image_root / "rubrics")
     assert probe["same"] is True
     assert probe["config"] == asdict(modal_app.CONFIG)
@@ -452,7 +452,7 @@ def test_factory_app_serves_a_rollout_with_image_rubrics_and_synced_traces(
         assert_no_key_material(response.text, (TEST_KEY, OPENAI_KEY))
         assert response.json()["trajectories"][0]["length"] == 4
         assert client.post("/rollout", json={**request, "run_id": "modal-local-2"}).status_code == 200
-        settings = web_app.state.task_app.settings
+        settings = web_app.state.task_app.core.settings
         assert settings.traces_db == tmp_path / "local-disk" / "ta-01OFFLINE_test.db"
         assert settings.max_concurrent_rollouts == modal_app.CONFIG.max_inputs
     assert [record.headers["authorization"] for record in fake_model.requests] == [f"Bearer {OPENAI_KEY}"] * 8

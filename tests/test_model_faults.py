@@ -24,7 +24,7 @@ from conftest import AppServer, start_app_server, wait_until
 from fake_model import Behaviour, Exchange, FakeModel, error, hang, huge, raw, text, tool_call
 from helpers import request_body
 
-from task_app.contracts import RolloutResponse
+from task_app.core.contracts import RolloutResponse
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")
 

@@ -11,9 +11,9 @@ from crafter import objects
 from helpers import clear_around
 from PIL import Image
 
-from task_app.crafter import Game, GameEnv, WorldFactory
-from task_app.crafter.actions import plan_from_names
-from task_app.crafter.observation import SEMANTIC_IDS, SEMANTIC_NAMES, direction_text
+from task_app.game import Game, GameEnv, WorldFactory
+from task_app.game.actions import plan_from_names
+from task_app.game.observation import SEMANTIC_IDS, SEMANTIC_NAMES, direction_text
 
 # (dx, dy) -> what is there; dx grows to the right, dy grows downwards.
 SCENE = {

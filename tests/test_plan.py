@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from helpers import make_plan, request_body
 
-from task_app.contracts import RolloutRequest
-from task_app.errors import InvalidRequest, TaskAppError, UnknownName
+from task_app.core.contracts import RolloutRequest
+from task_app.core.errors import InvalidRequest, TaskAppError, UnknownName
+from task_app.core.settings import MAX_SEED, Settings
 from task_app.rollout.plan import build_plan, seed_from_run_id
-from task_app.settings import MAX_SEED, Settings
 
 REACT = {"policy_name": "crafter-react", "config": {"model": "m", "inference_url": "http://127.0.0.1:9/v1"}}
 

@@ -25,7 +25,7 @@ from task_app.policy.vendors import (
     synthesise_tool_call,
     with_crafting_hint,
 )
-from task_app.routes.proxy import SYNTHESISED_HEADER
+from task_app.web.routes.proxy import SYNTHESISED_HEADER
 
 OPENAI_KEY = "sk-proj-Vw9QeRtYuPzXcMnB"
 GROQ_KEY = "gsk_Lk8JhGfDsAzXwQeRt"

@@ -10,17 +10,17 @@ import crafter.constants
 import pytest
 from fake_model import FakeModel, chat, error, hang, raw, text, tool_call
 
-from task_app.contracts import RolloutRequest
-from task_app.crafter import ACTIONS, Game, WorldFactory, normalise_tool_calls
-from task_app.errors import NotConfigured
-from task_app.outbound import open_session
+from task_app.core.contracts import RolloutRequest
+from task_app.core.errors import NotConfigured
+from task_app.core.outbound import open_session
+from task_app.core.settings import Settings
+from task_app.game import ACTIONS, Game, WorldFactory, normalise_tool_calls
 from task_app.policy.base import HistoryEntry
 from task_app.policy.inference import InferenceClient, InferenceLimits
 from task_app.policy.prompts import build_messages, recipe_lines, system_prompt, tool_schema
 from task_app.policy.react import ReactPolicy, build_react_policy, calls_from_text, parse_answer
 from task_app.rollout.engine import RolloutEngine
 from task_app.rollout.plan import RolloutPlan, build_plan
-from task_app.settings import Settings
 
 FAST = InferenceLimits(connect_timeout_s=2.0, read_timeout_s=5.0, max_attempts=3, backoff_s=0.01, backoff_max_s=0.05)
 
@@ -193,13 +193,19 @@ def _plan(fake: FakeModel, *, ops: int = 8, run_id: str = "react-1", **config: A
     return build_plan(request, Settings())
 
 
+def _react(plan: RolloutPlan, **kwargs: Any) -> ReactPolicy:
+    return build_react_policy(
+        plan.policy, run_id=plan.run_id, max_actions=plan.max_actions, max_time_s=plan.max_time_s, **kwargs
+    )
+
+
 @pytest.mark.anyio
 async def test_decide_sends_tool_request_and_reports(model: FakeModel, worlds: WorldFactory) -> None:
     model.script(tool_call("move_left", "do"))
     plan = _plan(model)
     observation = Game(worlds.world(7)).observe()
     async with open_session(8) as http:
-        policy = build_react_policy(plan, client=InferenceClient(http, FAST), settings=Settings())
+        policy = _react(plan, client=InferenceClient(http, FAST), settings=Settings())
         decision = await policy.decide(observation, [HistoryEntry(0, ("noop",), (), 0.0)])
         await policy.aclose()
     assert decision.usable and _actions(decision.tool_calls) == ["move_left", "do"]
@@ -228,7 +234,7 @@ async def test_decide_vision_and_api_key(model: FakeModel, worlds: WorldFactory)
     plan = _plan(model, use_vision=True, api_key="caller-key", model="gpt-5-mini")
     observation = Game(worlds.world(7), image_size=plan.image_size).observe()
     async with open_session(8) as http:
-        policy = build_react_policy(plan, client=InferenceClient(http, FAST), settings=Settings())
+        policy = _react(plan, client=InferenceClient(http, FAST), settings=Settings())
         await policy.decide(observation, [])
     request = model.requests[0]
     assert request.headers["authorization"] == "Bearer caller-key"
@@ -242,7 +248,7 @@ async def test_text_and_garbage_answers(model: FakeModel, worlds: WorldFactory) 
     model.script(text("actions: move_right, do"), raw(b"<html>oops"), chat({"role": "assistant", "content": "hm"}))
     observation = Game(worlds.world(7)).observe()
     async with open_session(8) as http:
-        policy = build_react_policy(_plan(model), client=InferenceClient(http, FAST), settings=Settings())
+        policy = _react(_plan(model), client=InferenceClient(http, FAST), settings=Settings())
         from_text = await policy.decide(observation, [])
         garbage = await policy.decide(observation, [])
         prose = await policy.decide(observation, [])
@@ -263,9 +269,9 @@ async def test_provider_without_key_is_refused() -> None:
     async with open_session(8) as http:
         client = InferenceClient(http, FAST)
         with pytest.raises(NotConfigured) as caught:
-            build_react_policy(plan, client=client, settings=Settings())
+            _react(plan, client=client, settings=Settings())
         assert caught.value.code == "missing_openai_api_key"
-        policy = build_react_policy(plan, client=client, settings=Settings(openai_api_key="sk-x"))  # type: ignore[arg-type]
+        policy = _react(plan, client=client, settings=Settings(openai_api_key="sk-x"))  # type: ignore[arg-type]
     assert isinstance(policy, ReactPolicy) and policy.target.url == "https://api.openai.com/v1/chat/completions"
 
 
@@ -276,7 +282,7 @@ async def _run(plan: RolloutPlan, worlds: WorldFactory, limits: InferenceLimits 
     async with open_session(8) as http:
         start = anyio.current_time()
         deadline = start + plan.max_time_s
-        policy = build_react_policy(plan, client=InferenceClient(http, limits), settings=Settings(), deadline=deadline)
+        policy = _react(plan, client=InferenceClient(http, limits), settings=Settings(), deadline=deadline)
         result = await RolloutEngine(plan, policy, worlds, deadline=deadline, **engine).run()
         return result, anyio.current_time() - start
 

@@ -13,16 +13,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import RandomPolicy, ScriptedPolicy, make_plan, run_rollout
+from helpers import RandomPolicy, ScriptedPolicy, make_plan, run_rollout, store_result
 from test_tracing_payload import FakeLLMPolicy
 from test_tracing_payload import rollout as llm_rollout
 
-from task_app.crafter import WorldFactory
-from task_app.replay import ReplayError, replay, run_from_response, run_from_trace
+from task_app.cli.view import add_viewer_parsers
+from task_app.core.settings import Settings
+from task_app.game import WorldFactory
+from task_app.inspection.replay import ReplayError, replay, run_from_response, run_from_trace
 from task_app.rollout.result import RolloutResult
-from task_app.settings import Settings
 from task_app.tracing import TraceStore, build_session_trace
-from task_app.viewer_cli import add_viewer_parsers
 
 NOOPS = 64  # a decision of 64 noops: an idle player dies within about three decisions
 WIDE = Settings(max_actions_per_decision=NOOPS)
@@ -35,7 +35,7 @@ def store(path: Path, *results: RolloutResult) -> Path:
     async def write() -> None:
         async with TraceStore(path) as trace_store:
             for result in results:
-                assert (await trace_store.write(result)) == {"stored": True}
+                assert (await store_result(trace_store, result)) == {"stored": True}
 
     asyncio.run(write())
     return path

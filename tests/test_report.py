@@ -17,19 +17,18 @@ from test_tracing_payload import MODEL, FakeLLMPolicy
 from test_tracing_payload import rollout as llm_rollout
 from test_viewer import EXTERNAL, page_data
 
-from task_app.crafter import ACHIEVEMENTS, Observation, WorldFactory
-from task_app.evaluation import EpisodeRow
-from task_app.policy.base import HistoryEntry, PolicyDecision
-from task_app.policy.scripted import ScriptedPolicy
-from task_app.report import (
+from task_app.game import ACHIEVEMENTS, Observation, WorldFactory
+from task_app.inspection.report import (
     BOOTSTRAP_RESAMPLES,
     bootstrap_interval,
     call_samples,
     request_with_trace,
     write_report,
 )
+from task_app.inspection.scoring import EpisodeRow, crafter_score
+from task_app.policy.base import HistoryEntry, PolicyDecision
+from task_app.policy.scripted import ScriptedPolicy
 from task_app.rollout.result import RolloutResult
-from task_app.scoring import crafter_score
 from task_app.tracing import build_session_trace
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from task_app.crafter import ACHIEVEMENTS, DecisionOutcome
+from task_app.game import ACHIEVEMENTS, DecisionOutcome
 from task_app.rollout.rewards import StepRewardConfig, StepRewardShaper
 
 INVENTORY = {

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from task_app.rubrics import RUBRIC_FILES, RubricError, default_rubrics_dir, load_rubric, load_rubrics
-from task_app.server import create_app
-from task_app.settings import Settings
+from task_app.core.rubrics import RUBRIC_FILES, RubricError, load_rubric, load_rubrics, packaged_rubrics
+from task_app.core.settings import Settings
+from task_app.web.server import create_app
 
 
 def _copy_rubrics(tmp_path: Path) -> Path:
     target = tmp_path / "rubrics"
-    shutil.copytree(default_rubrics_dir(), target)
+    shutil.copytree(str(packaged_rubrics()), target)
     return target
 
 

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 import numpy as np
 from helpers import clear_around, make_plan, trajectory_key
 
-from task_app.crafter import ACTIONS, Game, Observation, WorldFactory
-from task_app.crafter.actions import plan_from_names
-from task_app.crafter.observation import SEMANTIC_IDS
+from task_app.game import ACTIONS, Game, Observation, WorldFactory
+from task_app.game.actions import plan_from_names
+from task_app.game.observation import SEMANTIC_IDS
 from task_app.policy.base import HistoryEntry, PolicyDecision
 from task_app.policy.navigation import Grid, enclosed, safe_prefix
 from task_app.policy.scripted import DUSK, ScriptedPolicy

@@ -22,7 +22,7 @@ from conftest import ALIAS_KEY, KEY_GUARD, TEST_KEY, AppServer, KeyGuard, _guard
 from fake_model import FakeModel, tool_call
 from helpers import request_body
 
-from task_app import auth
+from task_app.web import auth
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")
 

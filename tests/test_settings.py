@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from task_app.settings import Settings
+from task_app.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,9 +8,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from helpers import store_result
 from test_tracing_payload import MODEL, SYSTEM_PROMPT, FakeLLMPolicy, rollout, run_rollout, with_run_id
 
-from task_app.crafter import WorldFactory
+from task_app.game import WorldFactory
 from task_app.rollout.result import RolloutResult
 from task_app.tracing import (
     SftWriter,
@@ -159,7 +160,7 @@ async def test_writer_failure_is_a_status_not_an_exception(tmp_path: Path, resul
 @pytest.mark.anyio
 async def test_export_from_the_store_matches_the_live_records(tmp_path: Path, result: RolloutResult) -> None:
     async with TraceStore(tmp_path / "t.db") as store:
-        assert (await store.write(result))["stored"]
+        assert (await store_result(store, result))["stored"]
         stored = await store.get_session("sft-run")
     assert stored is not None
     assert sft_records_from_trace(stored) == sft_records(result)

@@ -8,14 +8,15 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from helpers import store_result
 from test_tracing_payload import SYSTEM_PROMPT, FakeLLMPolicy, rollout, run_rollout
 
-from task_app.crafter import WorldFactory
-from task_app.json_codec import dumps, dumps_bytes, is_plain
-from task_app.recording import RolloutRows
+from task_app.core.json_codec import dumps, dumps_bytes, is_plain
+from task_app.game import WorldFactory
 from task_app.rollout.engine import RolloutEngine
 from task_app.rollout.result import RolloutResult
 from task_app.tracing import TraceStore, build_session_trace
+from task_app.tracing.recording import RolloutRows
 from task_app.tracing.rows import session_rows
 
 pytestmark = pytest.mark.anyio
@@ -40,7 +41,7 @@ def _full_size(trace: dict) -> int:
 async def test_the_system_prompt_is_stored_once(tmp_path: Path, result: RolloutResult) -> None:
     path = tmp_path / "t.db"
     async with TraceStore(path) as store:
-        assert await store.write(result) == {"stored": True}
+        assert await store_result(store, result) == {"stored": True}
     with sqlite3.connect(path) as conn:
         contents = [row[0] for row in conn.execute("SELECT content FROM messages WHERE session_id = 'compact-run'")]
         records = [row[0] for row in conn.execute("SELECT call_records FROM events WHERE event_type = 'cais'")]
@@ -53,7 +54,7 @@ async def test_the_system_prompt_is_stored_once(tmp_path: Path, result: RolloutR
 
 async def test_round_trip_is_exact(tmp_path: Path, result: RolloutResult) -> None:
     async with TraceStore(tmp_path / "t.db") as store:
-        assert (await store.write(result))["stored"]
+        assert (await store_result(store, result))["stored"]
         stored = await store.get_session("compact-run")
     expected = build_session_trace(result)
     assert stored is not None
@@ -69,7 +70,7 @@ async def test_vision_and_scripted_steps_round_trip(tmp_path: Path, worlds: Worl
     scripted = await run_rollout(worlds, run_id="scripted-run", decisions=3, policy=FakeLLMPolicy(lm=False))
     async with TraceStore(tmp_path / "t.db") as store:
         for item in (vision, scripted):
-            assert (await store.write(item))["stored"]
+            assert (await store_result(store, item))["stored"]
             stored = await store.get_session(item.plan.run_id)
             assert stored is not None
             expected = build_session_trace(item)

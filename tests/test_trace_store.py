@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import store_result
 from test_tracing_payload import MODEL, rollout, run_rollout, with_run_id
 
-from task_app.crafter import WorldFactory
+from task_app.game import WorldFactory
 from task_app.rollout.result import RolloutResult
 from task_app.tracing import MIGRATIONS, SCHEMA_VERSION, TraceStore, build_session_trace
 from task_app.tracing.rows import SessionRows, session_rows
@@ -94,7 +95,7 @@ async def test_schema_matches_the_seed(tmp_path: Path) -> None:
 async def test_round_trip(tmp_path: Path, result: RolloutResult) -> None:
     path = tmp_path / "t.db"
     async with TraceStore(path) as store:
-        assert await store.write(result) == {"stored": True}
+        assert await store_result(store, result) == {"stored": True}
         stored = await store.get_session("store-run")
         sessions = await store.list_sessions()
         assert await store.get_session("missing") is None
@@ -127,7 +128,7 @@ async def test_event_rewards_are_stored_against_the_env_event(tmp_path: Path, re
     rewarded = dataclasses.replace(with_run_id(result, "rewarded"), records=records)
     path = tmp_path / "t.db"
     async with TraceStore(path) as store:
-        assert (await store.write(rewarded))["stored"]
+        assert (await store_result(store, rewarded))["stored"]
         stored = await store.get_session("rewarded")
     assert stored is not None
     assert [(r["reward_type"], r["turn_number"], r["annotation"]) for r in stored["event_rewards"]] == [
@@ -145,10 +146,10 @@ async def test_event_rewards_are_stored_against_the_env_event(tmp_path: Path, re
 async def test_same_run_id_replaces(tmp_path: Path, result: RolloutResult, short_result: RolloutResult) -> None:
     path = tmp_path / "t.db"
     async with TraceStore(path) as store:
-        assert (await store.write(result))["stored"]
-        assert (await store.write(result))["stored"]
+        assert (await store_result(store, result))["stored"]
+        assert (await store_result(store, result))["stored"]
         assert counts(path) == expected_counts(result)
-        assert (await store.write(short_result))["stored"]  # same run_id, a different (shorter) run
+        assert (await store_result(store, short_result))["stored"]  # same run_id, a different (shorter) run
         stored = await store.get_session("store-run")
     assert counts(path) == expected_counts(short_result)
     assert stored is not None and len(stored["session_time_steps"]) == 2
@@ -159,7 +160,7 @@ async def test_32_concurrent_rollouts_write_at_once(tmp_path: Path, worlds: Worl
 
     async def one(store: TraceStore, index: int) -> tuple[dict[str, Any], RolloutResult]:
         result = await run_rollout(worlds, run_id=f"concurrent-{index}", decisions=2 + index % 3, seed=index % 4)
-        return await store.write(result), result
+        return await store_result(store, result), result
 
     async with TraceStore(path, queue_size=8) as store:
         started = time.perf_counter()
@@ -186,7 +187,7 @@ async def test_rollouts_that_end_together_share_one_commit(tmp_path: Path, resul
     path = tmp_path / "t.db"
     results = [with_run_id(result, f"group-{index}") for index in range(12)]
     async with TraceStore(path) as store:
-        statuses = await asyncio.gather(*(store.write(item, rows=built_rows(item)) for item in results))
+        statuses = await asyncio.gather(*(store.write(item.plan.run_id, built_rows(item)) for item in results))
         health = store.health()
     assert statuses == [{"stored": True}] * 12
     assert (health["written"], health["transactions"]) == (12, 1)
@@ -203,7 +204,9 @@ async def test_a_group_stops_at_its_row_bound(
     rows = [built_rows(item) for item in results]
     monkeypatch.setattr(store_module, "MAX_BATCH_ROWS", 2 * rows[0].row_count)  # two rollouts a transaction
     async with TraceStore(tmp_path / "t.db") as store:
-        statuses = await asyncio.gather(*(store.write(item, rows=r) for item, r in zip(results, rows, strict=True)))
+        statuses = await asyncio.gather(
+            *(store.write(item.plan.run_id, r) for item, r in zip(results, rows, strict=True))
+        )
         health = store.health()
     assert statuses == [{"stored": True}] * 6
     assert (health["written"], health["transactions"]) == (6, 3)
@@ -215,7 +218,9 @@ async def test_a_bad_trace_in_a_group_fails_alone(tmp_path: Path, result: Rollou
     rows = [built_rows(item) for item in results]
     rows[1].events.append(("group-1", "too few values"))  # not insertable: the whole group's commit fails
     async with TraceStore(path) as store:
-        statuses = await asyncio.gather(*(store.write(item, rows=r) for item, r in zip(results, rows, strict=True)))
+        statuses = await asyncio.gather(
+            *(store.write(item.plan.run_id, r) for item, r in zip(results, rows, strict=True))
+        )
         health = store.health()
     assert statuses[1]["stored"] is False and "bindings" in statuses[1]["error"]
     assert [statuses[index] for index in (0, 2, 3)] == [{"stored": True}] * 3
@@ -230,7 +235,9 @@ async def test_a_run_written_twice_in_one_group_is_replaced_not_merged(
 ) -> None:
     path = tmp_path / "t.db"
     async with TraceStore(path) as store:  # both are run "store-run"; the later write wins
-        statuses = await asyncio.gather(*(store.write(item, rows=built_rows(item)) for item in (result, short_result)))
+        statuses = await asyncio.gather(
+            *(store.write(item.plan.run_id, built_rows(item)) for item in (result, short_result))
+        )
         health = store.health()
     assert statuses == [{"stored": True}] * 2 and health["transactions"] == 2
     assert counts(path) == expected_counts(short_result)
@@ -243,7 +250,7 @@ async def test_list_sessions_filters(tmp_path: Path, result: RolloutResult, shor
         dataclasses.replace(result.episodes[0], achievements=["collect_wood", "place_table"])])  # fmt: skip
     async with TraceStore(tmp_path / "t.db") as store:
         for item in (rich, with_run_id(short_result, "poor")):
-            assert (await store.write(item))["stored"]
+            assert (await store_result(store, item))["stored"]
         assert {s["session_id"] for s in await store.list_sessions()} == {"rich", "poor"}
         assert [s["session_id"] for s in await store.list_sessions(min_achievements=2)] == ["rich"]
         assert (await store.list_sessions(min_achievements=2))[0]["achievements"] == ["collect_wood", "place_table"]
@@ -260,7 +267,7 @@ async def test_not_a_database(tmp_path: Path, result: RolloutResult, caplog: pyt
     store = TraceStore(path)
     with caplog.at_level(logging.WARNING, logger="task_app.tracing.store"):
         await store.start()
-        status = await store.write(result)
+        status = await store_result(store, result)
     assert status["stored"] is False and "not a database" in status["error"]
     health = store.health()
     assert health["status"] == "degraded" and health["failures"] == 2 and "not a database" in health["last_error"]
@@ -274,7 +281,7 @@ async def test_unwritable_location(tmp_path: Path, result: RolloutResult) -> Non
     blocker.write_text("a file where a directory should be")
     store = TraceStore(blocker / "traces" / "t.db")
     await store.start()
-    status = await store.write(result)
+    status = await store_result(store, result)
     assert status["stored"] is False and status["error"]
     assert store.health()["status"] == "degraded"
     await store.close()
@@ -287,11 +294,11 @@ async def test_disk_full_then_recovery(tmp_path: Path, result: RolloutResult) ->
         async with conn.execute("PRAGMA page_count") as cursor:
             (pages,) = await cursor.fetchone()  # type: ignore[misc]
         await conn.execute(f"PRAGMA max_page_count = {pages}")  # the file cannot grow: SQLITE_FULL
-        status = await store.write(result)
+        status = await store_result(store, result)
         assert status["stored"] is False and "full" in status["error"]
         assert store.health()["status"] == "degraded"
         await conn.execute("PRAGMA max_page_count = 1073741823")
-        assert (await store.write(result))["stored"]
+        assert (await store_result(store, result))["stored"]
         health = store.health()
     assert (health["status"], health["failures"], health["written"]) == ("ok", 1, 1)
     assert counts(tmp_path / "t.db") == expected_counts(result)
@@ -303,19 +310,19 @@ async def test_locked_database_fails_the_write_not_the_rollout(tmp_path: Path, r
         other = sqlite3.connect(path, isolation_level=None)
         other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
         try:
-            status = await store.write(result)
+            status = await store_result(store, result)
         finally:
             other.execute("ROLLBACK")
             other.close()
         assert status["stored"] is False and "locked" in status["error"]
-        assert (await store.write(result))["stored"]
+        assert (await store_result(store, result))["stored"]
 
 
 async def test_slow_writer_times_out_but_the_job_still_lands(tmp_path: Path, result: RolloutResult) -> None:
     path = tmp_path / "t.db"
     async with TraceStore(path, write_timeout_s=0.05) as store:
         async with store._lock:  # the writer is stuck behind a long read
-            status = await store.write(result)
+            status = await store_result(store, result)
         assert status["stored"] is False and "did not commit" in status["error"]
         assert store.health()["status"] == "degraded"
     assert counts(path) == expected_counts(result)  # close() drained the queue: the rollout was kept
@@ -325,27 +332,27 @@ async def test_write_after_close_and_readonly_store(tmp_path: Path, result: Roll
     path = tmp_path / "t.db"
     store = TraceStore(path)
     await store.start()
-    assert (await store.write(result))["stored"]
+    assert (await store_result(store, result))["stored"]
     await store.close()
     await store.close()
-    assert (await store.write(result))["stored"] is False
+    assert (await store_result(store, result))["stored"] is False
     async with TraceStore(path, readonly=True) as reader:
         assert [s["session_id"] for s in await reader.list_sessions()] == ["store-run"]
         assert (await reader.get_session("store-run")) is not None
-        assert (await reader.write(result))["stored"] is False
+        assert (await store_result(reader, result))["stored"] is False
 
 
 async def test_forward_migration_and_seed_database(tmp_path: Path, result: RolloutResult) -> None:
     path = tmp_path / "t.db"
     async with TraceStore(path) as store:
-        assert (await store.write(result))["stored"]
+        assert (await store_result(store, result))["stored"]
     newer = (*MIGRATIONS, ("CREATE TABLE IF NOT EXISTS trace_notes (session_id VARCHAR, note TEXT)",))
     async with TraceStore(path, migrations=newer) as store:
         assert store.schema_version == SCHEMA_VERSION + 1
         assert len(await store.list_sessions()) == 1
     async with TraceStore(path) as store:  # an older release opens a newer file and still writes
         assert store.schema_version == SCHEMA_VERSION + 1
-        assert (await store.write(with_run_id(result, "second")))["stored"]
+        assert (await store_result(store, with_run_id(result, "second")))["stored"]
 
     seed_path = tmp_path / "seed.db"
     with sqlite3.connect(seed_path) as conn:  # the seed's tables, with their embedding columns, version 0
@@ -355,14 +362,15 @@ async def test_forward_migration_and_seed_database(tmp_path: Path, result: Rollo
         conn.execute("INSERT INTO session_traces VALUES ('old', '2025-01-01 00:00:00', 0, 0, 0, '{}', NULL, NULL)")
     async with TraceStore(seed_path) as store:
         assert store.schema_version == SCHEMA_VERSION
-        assert (await store.write(result))["stored"]
+        assert (await store_result(store, result))["stored"]
         assert {s["session_id"] for s in await store.list_sessions()} == {"old", "store-run"}
 
 
 _KILL_HELPER = textwrap.dedent(
     """
     import asyncio, dataclasses, pickle, sys
-    from task_app.tracing import TraceStore
+    from task_app.tracing import TraceStore, build_session_trace
+    from task_app.tracing.rows import session_rows
 
     async def main(db, source, count):
         with open(source, "rb") as handle:
@@ -373,7 +381,8 @@ _KILL_HELPER = textwrap.dedent(
             dataclasses.replace(base, plan=dataclasses.replace(base.plan, run_id=f"killed-{index}"))
             for index in range(count)
         ]
-        statuses = await asyncio.gather(*(store.write(result) for result in results))
+        rows = [(r.plan.run_id, session_rows(build_session_trace(r))) for r in results]
+        statuses = await asyncio.gather(*(store.write(*item) for item in rows))
         if not all(status["stored"] for status in statuses):
             raise SystemExit(f"not stored: {statuses}")
         sys.stdout.write("written\\n")

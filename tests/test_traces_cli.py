@@ -28,13 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import store_result
 from test_tracing_payload import MODEL, SYSTEM_PROMPT, FakeLLMPolicy, run_rollout, with_run_id
 
-from task_app.crafter import TOOL_NAME, Observation, WorldFactory
-from task_app.policy.base import HistoryEntry, PolicyDecision
-from task_app.policy.prompts import tool_schema
-from task_app.rollout.result import RolloutResult
-from task_app.traces_cli import (
+from task_app.cli.traces import (
     TEXT_PREVIEW_CHARS,
     ExportStats,
     add_traces_parser,
@@ -42,6 +39,10 @@ from task_app.traces_cli import (
     parse_since,
     session_summary,
 )
+from task_app.game import TOOL_NAME, Observation, WorldFactory
+from task_app.policy.base import HistoryEntry, PolicyDecision
+from task_app.policy.prompts import tool_schema
+from task_app.rollout.result import RolloutResult
 from task_app.tracing import TraceStore, build_session_trace, sft_records_from_trace
 
 OTHER_MODEL = "other-model-70b"
@@ -87,7 +88,7 @@ async def _build(path: Path, worlds: WorldFactory) -> dict[str, RolloutResult]:
     results["old"] = with_run_id(old, "old")
     async with TraceStore(path) as store:
         for result in results.values():
-            assert await store.write(result) == {"stored": True}
+            assert await store_result(store, result) == {"stored": True}
     return results
 
 
@@ -480,10 +481,10 @@ def test_unreadable_databases_exit_2_with_a_message(cli: Any, tmp_path: Path) ->
 
 
 def test_wired_into_task_app_cli(corpus: Corpus, tmp_path: Path) -> None:
-    """Needs `add_traces_parser(commands)` in task_app/cli.py `build_parser` (the lead's one-line change)."""
-    command = [sys.executable, "-m", "task_app.cli", "traces"]
+    """Needs `add_traces_parser(commands)` in task_app/cli/main.py `build_parser` (the lead's one-line change)."""
+    command = [sys.executable, "-m", "task_app.cli.main", "traces"]
     helped = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=60, check=False)
-    assert helped.returncode == 0, "task_app/cli.py does not register `traces` yet: " + helped.stderr
+    assert helped.returncode == 0, "task_app/cli/main.py does not register `traces` yet: " + helped.stderr
     assert all(name in helped.stdout for name in ("list", "show", "export"))
 
     env = {**os.environ, "TASKAPP_TRACES_DB": str(corpus.path), "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1"}

@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from task_app.contracts import RolloutRequest
-from task_app.crafter import Observation, WorldFactory
+from task_app.core.contracts import RolloutRequest
+from task_app.core.settings import Settings
+from task_app.game import Observation, WorldFactory
 from task_app.policy.base import HistoryEntry, LMCall, PolicyDecision
 from task_app.rollout.engine import RolloutEngine
 from task_app.rollout.plan import build_plan
 from task_app.rollout.result import RolloutResult
-from task_app.settings import Settings
 from task_app.tracing import build_compact_trace, build_session_trace, build_trace_payload, outcome_reward
 from task_app.tracing.rewards import event_rewards
 

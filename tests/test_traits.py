@@ -7,8 +7,8 @@ import pytest
 from crafter import objects
 from helpers import clear_around
 
-from task_app.crafter import GameEnv, WorldFactory, world_traits
-from task_app.crafter.traits import TRAIT_RADIUS, difficulty_of
+from task_app.game import GameEnv, WorldFactory, world_traits
+from task_app.game.traits import TRAIT_RADIUS, difficulty_of
 
 
 @pytest.fixture

@@ -23,15 +23,15 @@ from test_replay import deaths_rollout, load, run_cli, store
 from test_tracing_payload import FakeLLMPolicy
 from test_tracing_payload import rollout as llm_rollout
 
-from task_app.crafter import WorldFactory
-from task_app.local_server import serve_in_thread
+from task_app.core.settings import Settings
+from task_app.game import WorldFactory
+from task_app.inspection.replay import run_from_trace
+from task_app.inspection.viewer import DISPLAY_SIZE, FRAME_SIZE, build_episode_page, page_name
 from task_app.policy.scripted import ScriptedPolicy
-from task_app.replay import run_from_trace
 from task_app.rollout.result import RolloutResult
-from task_app.routes import view
-from task_app.server import create_app
-from task_app.settings import Settings
-from task_app.viewer import DISPLAY_SIZE, FRAME_SIZE, build_episode_page, page_name
+from task_app.web.local_server import serve_in_thread
+from task_app.web.routes import view
+from task_app.web.server import create_app
 
 EXTERNAL = re.compile(r"""(?:src|href|action)\s*=\s*["']?\s*(?:https?:)?//|@import|url\(\s*["']?(?:https?:)?//|<link""")
 

@@ -14,8 +14,8 @@ import pytest
 from helpers import keep_alive, world_digest, world_state
 from opensimplex import internals
 
-from task_app.crafter import Game, GameEnv, WorldFactory
-from task_app.crafter.actions import plan_from_names
+from task_app.game import Game, GameEnv, WorldFactory
+from task_app.game.actions import plan_from_names
 
 # Crafter's day/night cycle is 300 steps; night (daylight < 0.5) falls inside the first cycle, and
 # 450 steps go past step 300 as the brief asks.
@@ -74,7 +74,7 @@ def test_numba_and_pure_python_worlds_are_identical(worlds: WorldFactory) -> Non
         f"""
         import json
         from opensimplex import internals
-        from task_app.crafter import WorldFactory
+        from task_app.game import WorldFactory
         from helpers import world_digest
         factory = WorldFactory(cache_size=0)
         digests = {{seed: world_digest(factory.generate(seed, (64, 64), 10000)) for seed in {seeds!r}}}

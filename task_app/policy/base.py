@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from ..crafter import Observation
+from ..game import Observation
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,10 +36,10 @@ import orjson
 from pydantic import SecretStr
 from yarl import URL
 
-from ..errors import NotConfigured
-from ..json_codec import dumps_bytes
-from ..outbound import AnswerTooLarge, SendFailure, parse_url, post
-from ..settings import Settings
+from ..core.errors import NotConfigured
+from ..core.json_codec import dumps_bytes
+from ..core.outbound import AnswerTooLarge, SendFailure, parse_url, post
+from ..core.settings import Settings
 from .base import PolicyError
 
 logger = logging.getLogger(__name__)
@@ -289,7 +289,7 @@ def _error_hint(raw: bytes) -> str:
 
 
 class InferenceClient:
-    """Sends chat-completions requests through the app's one pooled session (`task_app.outbound`).
+    """Sends chat-completions requests through the app's one pooled session (`task_app.core.outbound`).
 
     Stateless apart from its limits, so one instance serves every rollout; tests point it at a
     loopback server.

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from ..crafter.observation import SEMANTIC_IDS, SEMANTIC_NAMES
+from ..game.observation import SEMANTIC_IDS, SEMANTIC_NAMES
 
 DIRECTIONS: tuple[tuple[int, int], ...] = ((-1, 0), (1, 0), (0, -1), (0, 1))
 MOVES: tuple[str, ...] = ("move_left", "move_right", "move_up", "move_down")

@@ -14,7 +14,7 @@ from typing import Any
 
 import crafter.constants
 
-from ..crafter import ACHIEVEMENTS, ACTIONS, TOOL_NAME
+from ..game import ACHIEVEMENTS, ACTIONS, TOOL_NAME
 from .base import HistoryEntry
 
 TOOL_DESCRIPTION = "Execute a short sequence of Crafter actions in order (1-{n})."

@@ -23,10 +23,10 @@ from typing import Any
 
 import anyio
 
-from ..crafter import ACTIONS, TOOL_NAME, Observation, normalise_tool_calls
-from ..rollout.plan import PolicyConfig, RolloutPlan
-from ..settings import Settings
+from ..core.settings import Settings
+from ..game import ACTIONS, TOOL_NAME, Observation, normalise_tool_calls
 from .base import HistoryEntry, LMCall, PolicyDecision
+from .config import PolicyConfig
 from .inference import InferenceClient, InferenceTarget, chat_params, resolve_target
 from .prompts import build_messages, tool_choice, tool_schema
 
@@ -328,15 +328,21 @@ class ReactPolicy:
 
 
 def build_react_policy(
-    plan: RolloutPlan, *, client: InferenceClient, settings: Settings, deadline: Deadline = None
+    config: PolicyConfig,
+    *,
+    run_id: str,
+    max_actions: int,
+    max_time_s: float,
+    client: InferenceClient,
+    settings: Settings,
+    deadline: Deadline = None,
 ) -> ReactPolicy:
     """The policy for one `crafter-react` rollout.
 
     Raises `NotConfigured` (503) for a provider route whose vendor key the app lacks. `deadline`
     should be the rollout's own (absolute, `anyio.current_time()` units, or a getter); without it the
-    policy budgets `plan.max_time_s` from its first decision.
+    policy budgets `max_time_s` from its first decision.
     """
-    config = plan.policy
     target = resolve_target(
         inference_url=config.inference_url, provider=config.provider, api_key=config.api_key, settings=settings
     )
@@ -344,7 +350,7 @@ def build_react_policy(
         config,
         client,
         target=target,
-        run_id=plan.run_id,
-        deadline=deadline if deadline is not None else _Budget(plan.max_time_s),
-        max_actions=plan.max_actions,
+        run_id=run_id,
+        deadline=deadline if deadline is not None else _Budget(max_time_s),
+        max_actions=max_actions,
     )

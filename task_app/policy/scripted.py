@@ -32,8 +32,8 @@ from typing import Any
 import crafter.constants
 import numpy as np
 
-from ..crafter import TOOL_NAME, Observation
-from ..crafter.observation import SEMANTIC_IDS
+from ..game import TOOL_NAME, Observation
+from ..game.observation import SEMANTIC_IDS
 from .base import HistoryEntry, PolicyDecision
 from .navigation import (
     DIRECTIONS,

@@ -24,8 +24,8 @@ from typing import Any
 
 import crafter.constants
 
-from ..crafter import TOOL_NAME, normalise_tool_calls
-from ..errors import InvalidRequest
+from ..core.errors import InvalidRequest
+from ..game import TOOL_NAME, normalise_tool_calls
 from .inference import PROVIDER_GROQ, PROVIDER_OPENAI, chat_params
 from .react import calls_from_text
 

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from time import perf_counter
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 
-from ..crafter import Game, Observation, WorldFactory, normalise_tool_calls
-from ..crafter.actions import NOOP, plan_from_names
+from ..core.offload import Offload, run_in_thread
+from ..game import Game, Observation, WorldFactory, normalise_tool_calls
+from ..game.actions import NOOP, plan_from_names
 from ..policy.base import HistoryEntry, Policy, PolicyDecision, PolicyError
 from .control import RunControl
 from .plan import AGENT, RolloutPlan
@@ -42,15 +43,6 @@ from .result import (
 from .rewards import StepRewardShaper
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
-Offload = Callable[[Callable[[], T]], Awaitable[T]]
-
-
-async def run_in_thread(fn: Callable[[], T]) -> T:
-    """Default offload: anyio's worker threads (the server passes one with a capacity limiter)."""
-    return await anyio.to_thread.run_sync(fn)
-
 
 class _Stop(Exception):
     def __init__(self, reason: str) -> None:

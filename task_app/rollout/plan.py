@@ -9,14 +9,15 @@ import hashlib
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from ..contracts import OpSpec, RolloutRequest
-from ..errors import InvalidRequest, UnknownName
-from ..settings import Settings
+from ..core.contracts import OpSpec, RolloutRequest
+from ..core.errors import InvalidRequest, UnknownName
+from ..core.settings import Settings
+from ..policy.config import PolicyConfig
 from .rewards import StepRewardConfig
 
 logger = logging.getLogger(__name__)
@@ -28,32 +29,8 @@ AGENT, ENV = "agent", "env"
 _OP_ALIASES = {"agent": AGENT, "policy": AGENT, "model": AGENT, "env": ENV, "environment": ENV, "step": ENV}
 _TRACE_PARAMS = ("cid", "trace", "trace_correlation_id")
 _NOT_IN_URL = re.compile(r"[\s\x00-\x1f\x7f]")  # whitespace and control characters (header injection, typos)
-DEFAULT_DECISIONS = 10
 MAX_AREA = 256
-MAX_IMAGE_SIZE = 512
 MAX_EPISODE_LENGTH = 1_000_000  # env steps; also bounds decisions per episode (each takes at least one step)
-
-
-class PolicyConfig(BaseModel):
-    """`policy.config`, typed. Unknown keys are kept (vendor extras pass through)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    inference_url: str | None = None
-    model: str | None = None
-    provider: Literal["openai", "groq"] | None = None
-    api_key: SecretStr | None = None
-    temperature: float | None = Field(default=0.2, ge=0, le=2)
-    top_p: float | None = Field(default=0.95, gt=0, le=1)
-    max_tokens: StrictInt | None = Field(default=None, ge=1)
-    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
-    max_llm_calls: StrictInt = Field(default=DEFAULT_DECISIONS, ge=1)
-    use_vision: bool = False
-    image_only_mode: bool = False
-    image_size: StrictInt = Field(default=64, ge=16, le=MAX_IMAGE_SIZE)
-    trace_correlation_id: str | None = None
-    trace: str | None = None
-    step_rewards: dict[str, Any] | None = None
 
 
 class EnvParams(BaseModel):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from ..errors import CapacityExceeded, Conflict, NotFound
+from ..core.errors import CapacityExceeded, Conflict, NotFound
 from .control import RunControl, RunStatus
 
 

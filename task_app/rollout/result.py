@@ -11,7 +11,7 @@ from datetime import datetime
 from statistics import fmean
 from typing import Any
 
-from ..crafter import ActionPlan, DecisionOutcome
+from ..game import ActionPlan, DecisionOutcome
 from ..policy.base import PolicyDecision
 from .plan import RolloutPlan
 from .rewards import StepwiseResult

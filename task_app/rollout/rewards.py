@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..crafter import DecisionOutcome
+from ..game import DecisionOutcome
 
 Strategy = Literal["consistent", "per_achievement"]
 _STRATEGY_ALIASES: dict[str, Strategy] = {

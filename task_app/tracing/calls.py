@@ -24,7 +24,7 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .. import json_codec
+from ..core import json_codec
 from ..policy.base import LMCall
 
 API_TYPE = "chat_completions"

@@ -28,11 +28,11 @@ import asyncio
 import json
 import logging
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import aiosqlite
 
@@ -47,13 +47,8 @@ from .rows import (
     SessionRows,
     load_json,
     session_from_rows,
-    session_rows,
 )
 from .schema import MIGRATIONS, SESSION_TABLES, Migration, migrate, transaction
-from .trace import STRUCTURED, build_session_trace
-
-if TYPE_CHECKING:
-    from ..rollout.result import RolloutResult
 
 logger = logging.getLogger(__name__)
 
@@ -218,24 +213,20 @@ class TraceStore:
 
     # --- writing --------------------------------------------------------------------------------
 
-    async def write(
-        self, result: RolloutResult, trace: Mapping[str, Any] | None = None, *, rows: SessionRows | None = None
-    ) -> dict[str, Any]:
-        """Store one rollout and wait for its commit. Returns `{"stored": true}` or `{"stored": false, "error"}`.
+    async def write(self, run_id: str, rows: SessionRows | Callable[[], SessionRows]) -> dict[str, Any]:
+        """Store one rollout's rows and wait for their commit: `{"stored": true}` or `{"stored": false, "error"}`.
 
-        `rows` are the rollout's rows when the caller built them already (`SessionRowsBuilder`, a decision
-        at a time); else `trace` is the SessionTrace to store, and by default the `structured` trace is
-        built from `result` (a compact trace is not storable and is ignored). Never raises for storage
+        `rows` may be a function that builds them; it runs in a worker thread, and a bug in it is a
+        storage failure like any other (logged, counted), never an exception. Never raises for storage
         problems.
         """
-        run_id = result.plan.run_id
         if self.readonly:
             return self._mark_failure(run_id, "trace store is read-only")
         if self._closing or self._queue is None:
             return self._mark_failure(run_id, self._last_error or "trace store is not running")
-        if rows is None:
+        if callable(rows):
             try:
-                rows = await asyncio.to_thread(_build_rows, result, trace)
+                rows = await asyncio.to_thread(rows)
             except Exception as exc:  # noqa: BLE001 - a trace-building bug must not fail the rollout; logged, counted
                 logger.warning("building the trace rows failed", exc_info=True, extra={"run_id": run_id})
                 return self._mark_failure(run_id, f"trace rows: {_error_text(exc)}")
@@ -397,12 +388,6 @@ def _distinct_sessions(batch: list[_Job]) -> list[list[_Job]]:
 def _resolve(job: _Job, status: dict[str, Any]) -> None:
     if not job.done.done():
         job.done.set_result(status)
-
-
-def _build_rows(result: RolloutResult, trace: Mapping[str, Any] | None) -> SessionRows:
-    if trace is None or "session_time_steps" not in trace:
-        trace = build_session_trace(result, STRUCTURED)
-    return session_rows(trace)
 
 
 async def _scalar(conn: aiosqlite.Connection, sql: str) -> Any:

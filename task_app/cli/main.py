@@ -1,0 +1,137 @@
+"""`task-app serve | demo | eval | traces | replay | view`: the parser and the serve, demo and eval commands."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import secrets
+import sys
+from pathlib import Path
+
+import anyio
+import uvicorn
+from rich.console import Console
+
+from ..core.settings import Settings
+from ..inspection.report import request_with_trace, write_report
+from ..web.local_server import serve_in_thread
+from ..web.server import create_app
+from .evaluation import parse_seeds, report, rollout_request, run_rollouts
+from .traces import add_traces_parser
+from .view import add_viewer_parsers
+
+
+def _serve(args: argparse.Namespace) -> int:
+    settings = Settings(_env_file=args.env_file)  # type: ignore[call-arg]
+    host = args.host or settings.host
+    port = settings.port if args.port is None else args.port
+    if args.reload:
+        uvicorn.run(
+            "task_app.web.server:app_from_env",
+            factory=True,
+            host=host,
+            port=port,
+            reload=True,
+            env_file=args.env_file if Path(args.env_file).exists() else None,
+        )
+    else:
+        uvicorn.run(create_app(settings), host=host, port=port)
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    """Start the app on a free loopback port and drive scripted rollouts over HTTP, as a trainer would."""
+    console = Console()
+    api_key = secrets.token_urlsafe(24)
+    seeds = parse_seeds(args.seeds)
+    overrides = {"traces_db": Path(args.traces_dir) / "task_app.db"} if args.traces_dir else {}
+    settings = Settings(environment_api_key=api_key, **overrides)  # type: ignore[call-arg,arg-type]
+    requests = [
+        rollout_request(f"demo-{seed}-{secrets.token_hex(4)}", seed, args.decisions, "crafter-scripted")
+        for seed in seeds
+    ]
+    report_path = None if args.no_report else (args.report or settings.traces_db.parent / "report.html")
+    if report_path is not None:
+        requests = [request_with_trace(request) for request in requests]
+    console.print(f"Serving the task app locally; {len(seeds)} scripted rollouts of {args.decisions} decisions")
+    with serve_in_thread(create_app(settings)) as base_url:
+        rows = anyio.run(run_rollouts, base_url, api_key, requests, args.concurrency, 3700.0, console)
+    report(rows, console)
+    console.print(f"Traces: {settings.traces_db}", highlight=False)
+    if report_path is not None:
+        for line in write_report(rows, report_path).describe():
+            console.print(line, highlight=False, markup=False)
+    return 1 if any(row.error for row in rows) else 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    console = Console()
+    config = {"model": args.model, "inference_url": args.inference_url, "temperature": args.temperature}
+    if args.model_api_key:
+        config["api_key"] = args.model_api_key
+    requests = [
+        rollout_request(
+            f"eval-{seed}-{secrets.token_hex(4)}",
+            seed,
+            args.decisions,
+            args.policy,
+            {key: value for key, value in config.items() if value is not None},
+        )
+        for seed in parse_seeds(args.seeds)
+    ]
+    if args.report is not None:
+        requests = [request_with_trace(request) for request in requests]
+    rows = anyio.run(run_rollouts, args.base_url, args.api_key, requests, args.concurrency, 3700.0, console)
+    report(rows, console)
+    if args.report is not None:
+        for line in write_report(rows, args.report).describe():
+            console.print(line, highlight=False, markup=False)
+    return 1 if any(row.error for row in rows) else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="task-app", description="Crafter task app")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="serve the app with uvicorn")
+    serve.add_argument("--host", default=None, help="default 127.0.0.1 (TASKAPP_HOST)")
+    serve.add_argument("--port", type=int, default=None, help="default 8001 (TASKAPP_PORT)")
+    serve.add_argument("--reload", action="store_true")
+    serve.add_argument("--env-file", default=".env")
+    serve.set_defaults(run=_serve)
+
+    demo = commands.add_parser("demo", help="serve locally and run scripted rollouts over HTTP")
+    demo.add_argument("--seeds", default="0-7")
+    demo.add_argument("--decisions", type=int, default=300)
+    demo.add_argument("--concurrency", type=int, default=4)
+    demo.add_argument("--traces-dir", default=None, help="directory of the trace database (default ./traces)")
+    demo.add_argument("--report", type=Path, default=None, help="HTML report (default: <traces dir>/report.html)")
+    demo.add_argument("--no-report", action="store_true", help="skip the HTML report and the episode pages")
+    demo.set_defaults(run=_demo)
+
+    evaluate = commands.add_parser("eval", help="run rollouts against a task app with an OpenAI-compatible model")
+    evaluate.add_argument("--base-url", required=True, help="the task app, e.g. http://127.0.0.1:8001")
+    evaluate.add_argument("--api-key", required=True, help="the task app's ENVIRONMENT_API_KEY")
+    evaluate.add_argument("--inference-url", required=True, help="OpenAI-compatible base or /chat/completions URL")
+    evaluate.add_argument("--model", required=True)
+    evaluate.add_argument("--model-api-key", default=None, help="sent to the model server as a Bearer token")
+    evaluate.add_argument("--seeds", default="0-9")
+    evaluate.add_argument("--decisions", type=int, default=50)
+    evaluate.add_argument("--concurrency", type=int, default=8)
+    evaluate.add_argument("--temperature", type=float, default=None)
+    evaluate.add_argument("--policy", default="crafter-react")
+    evaluate.add_argument("--report", type=Path, default=None, help="also write an HTML report and episode pages")
+    evaluate.set_defaults(run=_eval)
+    add_traces_parser(commands)
+    add_viewer_parsers(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    return int(args.run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

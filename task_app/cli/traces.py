@@ -1,0 +1,504 @@
+"""`task-app traces list | show | export`: read the trace database from the command line.
+
+    task-app traces [--db PATH] list [--since 2h|7d|2025-01-31] [--min-achievements N] [--model M] [--limit N] [--json]
+    task-app traces [--db PATH] show RUN_ID [--json] [--full]
+    task-app traces [--db PATH] export --format jsonl|openai-sft [filters] -o FILE
+
+`--db` defaults to `Settings().traces_db` (TASKAPP_TRACES_DB, else ./traces/task_app.db). The file is
+opened with SQLite's `mode=ro`: the CLI never creates, migrates or writes a database, so it is safe to run
+against the file a live server is writing (WAL readers do not block the writer).
+
+Export formats, one line per LLM call:
+- `jsonl`: the seed's SFT record (seed-behaviour §6.6, `sft_records_from_trace`), every answered call;
+  consumers filter on `metadata.usable` / `metadata.reward`.
+- `openai-sft`: an OpenAI chat fine-tuning example `{"messages": [system, user, assistant + tool_calls],
+  "tools": [interact_many], "parallel_tool_calls": false}`, only for usable answers that called
+  `interact_many` with a JSON `actions` list. The store keeps image references, not image data, so image
+  parts are dropped and the example keeps the text observation (the summary says how many).
+
+Sessions are read one at a time while the file is written (a worker thread streams records into
+`write_jsonl_atomic`), so exporting a large database needs memory for one session, not for all of them.
+
+Exit codes: 0 done, 1 run not found, 2 bad arguments or a missing / unreadable database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sqlite3
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+from rich import box
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ..core.settings import Settings
+from ..game import TOOL_NAME
+from ..policy.prompts import tool_schema
+from ..tracing import TraceStore, sft_records_from_trace, write_jsonl_atomic
+from ..tracing.calls import IMAGE_REF
+
+EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE = 0, 1, 2
+JSONL, OPENAI_SFT = "jsonl", "openai-sft"
+EXPORT_FORMATS = (JSONL, OPENAI_SFT)
+DEFAULT_LIST_LIMIT = 50
+ALL_ROWS = -1  # SQLite: a negative LIMIT means "no limit"
+TEXT_PREVIEW_CHARS = 160  # `show` cuts the model's text here unless --full
+SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+class _CliError(Exception):
+    """A user-facing failure: printed as one line on stderr, then the process exits with `code`."""
+
+    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# --- arguments -------------------------------------------------------------------------------------
+
+
+def parse_since(text: str) -> datetime:
+    """`30m`, `2h`, `7d`, `1w` (that long ago) or an ISO date/datetime (naive = UTC) → an aware datetime."""
+    match = _DURATION.match(text)
+    if match:
+        amount, unit = float(match.group(1)), match.group(2).lower()
+        return datetime.now(UTC) - timedelta(**{_UNITS[unit]: amount})
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither a duration (30m, 2h, 7d, 1w) nor an ISO date (2025-01-31[T12:00])"
+        ) from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} is below {minimum}")
+        return value
+
+    return parse
+
+
+def _add_filters(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--since", type=parse_since, default=None, help="created after: 2h, 7d, or an ISO date")
+    parser.add_argument("--min-achievements", type=_at_least(0), default=None, metavar="N")
+    parser.add_argument("--model", default=None, help="only sessions that called this model")
+
+
+def add_traces_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
+    """Register `traces` (list / show / export) on the CLI's subcommands; returns its parser."""
+    db_help = "trace database (default: TASKAPP_TRACES_DB, else ./traces/task_app.db)"
+    traces = subparsers.add_parser("traces", help="list, show and export stored rollout traces")
+    traces.add_argument("--db", type=Path, default=None, help=db_help)
+    # the same option after the sub-subcommand; SUPPRESS keeps it from overwriting the value given before it
+    db_option = argparse.ArgumentParser(add_help=False)
+    db_option.add_argument("--db", type=Path, default=argparse.SUPPRESS, help=db_help)
+    actions = traces.add_subparsers(dest="traces_command", required=True)
+
+    listing = actions.add_parser("list", parents=[db_option], help="stored sessions, newest first")
+    _add_filters(listing)
+    listing.add_argument("--limit", type=_at_least(1), default=DEFAULT_LIST_LIMIT)
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    listing.set_defaults(run=partial(_run, main=_list_command))
+
+    show = actions.add_parser("show", parents=[db_option], help="one run, decision by decision")
+    show.add_argument("run_id")
+    show.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    show.add_argument("--full", action="store_true", help="do not shorten the model's text")
+    show.set_defaults(run=partial(_run, main=_show_command))
+
+    export = actions.add_parser("export", parents=[db_option], help="write training records (one per LLM call)")
+    export.add_argument("--format", choices=EXPORT_FORMATS, default=JSONL)
+    _add_filters(export)
+    export.add_argument("-o", "--output", type=Path, required=True, help="JSONL file to write (replaced atomically)")
+    export.set_defaults(run=partial(_run, main=_export_command))
+    return traces
+
+
+def _db_path(args: argparse.Namespace) -> Path:
+    return Path(args.db) if args.db is not None else Settings().traces_db
+
+
+def _run(args: argparse.Namespace, main: Callable[[argparse.Namespace, Path], Awaitable[int]]) -> int:
+    try:
+        return anyio.run(main, args, _db_path(args))
+    except _CliError as exc:
+        Console(stderr=True).print(f"error: {exc}", style="red", markup=False, highlight=False)
+        return exc.code
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+# --- opening the database --------------------------------------------------------------------------
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise _CliError(f"no trace database at {path} (pass --db PATH or set TASKAPP_TRACES_DB)")
+    if not path.is_file():
+        raise _CliError(f"{path} is not a file")
+    try:
+        with path.open("rb") as handle:
+            magic = handle.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise _CliError(f"cannot read {path}: {exc}") from exc
+    if magic != SQLITE_MAGIC:
+        raise _CliError(f"{path} is not an SQLite database" + (" (empty file)" if not magic else ""))
+
+
+@asynccontextmanager
+async def _reading(path: Path) -> AsyncIterator[TraceStore]:
+    """A started read-only store; any SQLite failure while it is used becomes a `_CliError`."""
+    await anyio.to_thread.run_sync(_check_file, path)
+    store = TraceStore(path, readonly=True)
+    await store.start()
+    try:
+        if not store.running:
+            raise _CliError(f"cannot open {path}: {store.health()['last_error']}")
+        try:
+            yield store
+        except sqlite3.Error as exc:
+            problem = "is not a trace database" if "no such" in str(exc) else "could not be read"  # table/column
+            raise _CliError(f"{path} {problem} ({exc})") from exc
+    finally:
+        await store.close()
+
+
+# --- list ------------------------------------------------------------------------------------------
+
+
+# (heading, no_wrap, right-aligned); short headings keep both tables readable in 80 columns
+_SESSION_COLUMNS = (("run_id", True, False), ("created (UTC)", True, False), ("model", False, False),
+                    ("seed", True, True), ("dec", True, True), ("ach", True, True), ("return", True, True),
+                    ("stop", True, False))  # fmt: skip
+_SESSION_CAPTION = "dec = decisions, ach = achievements unlocked"
+_DECISION_COLUMNS = (("#", True, True), ("actions", False, False), ("unlocked", False, False),
+                     ("reward", True, True), ("ms", True, True), ("tokens", True, True),
+                     ("model text", False, False))  # fmt: skip
+_DECISION_CAPTION = "ms = model latency, tokens = prompt→completion"
+
+
+def _table(title: str, columns: tuple[tuple[str, bool, bool], ...], caption: str) -> Table:
+    table = Table(title=title, caption=caption, title_justify="left", caption_justify="left", box=box.SIMPLE_HEAD)
+    for heading, no_wrap, right in columns:
+        table.add_column(heading, justify="right" if right else "left", no_wrap=no_wrap, overflow="fold")
+    return table
+
+
+def _when(value: Any) -> str:
+    try:
+        return datetime.fromisoformat(str(value)).astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return str(value)
+
+
+def _number(value: Any) -> str:
+    return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+async def _list_command(args: argparse.Namespace, db: Path) -> int:
+    async with _reading(db) as store:
+        sessions = await store.list_sessions(args.since, args.min_achievements, args.model, args.limit)
+    if args.json:
+        _out(_json(sessions))
+        return EXIT_OK
+    table = _table(f"Sessions in {db}", _SESSION_COLUMNS, _SESSION_CAPTION)
+    for row in sessions:
+        table.add_row(
+            str(row["session_id"]), _when(row["created_at"]), str(row["model"] or row["policy_name"] or "-"),
+            _number(row["seed"]), _number(row["num_timesteps"]), _number(row["achievements_count"]),
+            _number(row["total_reward"]), str(row["stop_reason"] or "-"),
+        )  # fmt: skip
+    console = Console()
+    console.print(table)
+    limited = " (--limit reached)" if len(sessions) == args.limit else ""
+    console.print(f"{len(sessions)} session(s){limited}", highlight=False)
+    return EXIT_OK
+
+
+# --- show ------------------------------------------------------------------------------------------
+
+
+def decision_summary(step: Mapping[str, Any]) -> dict[str, Any]:
+    """One stored decision (a session timestep) as the flat dict `show` prints."""
+    events = step.get("events") or []
+    lm = next((event for event in events if "call_records" in event), None)
+    env: Mapping[str, Any] = next((event for event in events if "reward" in event), {})
+    env_meta = env.get("metadata") or {}
+    summary: dict[str, Any] = {
+        "index": step["turn_number"] if step.get("turn_number") is not None else step.get("step_index"),
+        "episode": (step.get("step_metadata") or {}).get("episode"),
+        "actions": list(env_meta.get("actions") or []),
+        "rejected": len(env_meta.get("rejected") or []),
+        "unlocked": list(env_meta.get("achievements_added") or []),
+        "reward": env.get("reward"),
+        "source": "llm" if lm else "injected noop" if env_meta.get("injected_noop") else "scripted",
+    }
+    if lm is not None:
+        call = (lm.get("call_records") or [{}])[0]
+        summary.update(
+            usable=bool((lm.get("metadata") or {}).get("usable")),
+            model=lm.get("model_name"),
+            latency_ms=lm.get("latency_ms"),
+            input_tokens=lm.get("input_tokens"),
+            output_tokens=lm.get("output_tokens"),
+            text=call.get("output_text") or "",
+            tool_calls=[spec.get("arguments_json") for spec in call.get("output_tool_calls") or []],
+            error=(call.get("error") or {}).get("message"),
+        )
+    return summary
+
+
+def session_summary(trace: Mapping[str, Any]) -> dict[str, Any]:
+    """What `show` prints for one stored session: header, decisions, outcome."""
+    meta = trace.get("metadata") or {}
+    details = trace.get("session_metadata") or {}
+    return {
+        "run_id": trace.get("session_id"),
+        "created_at": trace.get("created_at"),
+        "policy": meta.get("policy_name"),
+        "model": meta.get("model"),
+        "seed": meta.get("seed"),
+        "mode": meta.get("mode"),
+        "decisions": [decision_summary(step) for step in trace.get("session_time_steps") or []],
+        "outcome": {
+            **(trace.get("outcome_reward") or {}),
+            "achievements": list(meta.get("final_achievements") or []),
+            "stop_reason": meta.get("stop_reason"),
+            "aborted": meta.get("aborted"),
+            "error": details.get("error"),
+            "episodes": details.get("episodes") or [],
+        },
+    }
+
+
+def _model_cell(decision: Mapping[str, Any], full: bool) -> str:
+    if decision["source"] != "llm":
+        return f"({decision['source']})"
+    if decision.get("error"):
+        text = f"error: {decision['error']}"
+    else:
+        text = decision.get("text") or ""
+        if not decision.get("usable"):
+            text = f"[unusable] {text}"
+    if not full and len(text) > TEXT_PREVIEW_CHARS:
+        text = text[: TEXT_PREVIEW_CHARS - 1] + "…"
+    return text
+
+
+def _tokens_cell(decision: Mapping[str, Any]) -> str:
+    tokens = (decision.get("input_tokens"), decision.get("output_tokens"))
+    return "-" if tokens == (None, None) else f"{_number(tokens[0])}→{_number(tokens[1])}"
+
+
+def _print_session(summary: Mapping[str, Any], full: bool) -> None:
+    console = Console()
+    console.print(f"Run {summary['run_id']}, created {_when(summary['created_at'])} UTC", markup=False, highlight=False)
+    console.print(
+        f"policy {summary['policy']}, model {summary['model'] or '-'}, seed {summary['seed']}, mode {summary['mode']}",
+        markup=False, highlight=False,
+    )  # fmt: skip
+    table = _table("Decisions", _DECISION_COLUMNS, _DECISION_CAPTION)
+    for decision in summary["decisions"]:
+        actions = " ".join(decision["actions"]) + (
+            f" (+{decision['rejected']} rejected)" if decision["rejected"] else ""
+        )
+        table.add_row(
+            _number(decision["index"]), actions, ", ".join(decision["unlocked"]) or "-", _number(decision["reward"]),
+            _number(decision.get("latency_ms")), _tokens_cell(decision), _model_cell(decision, full),
+        )  # fmt: skip
+    console.print(table, markup=False)
+    outcome = summary["outcome"]
+    console.print(
+        f"Outcome: return {_number(outcome.get('total_reward'))}, {_number(outcome.get('achievements_count'))} "
+        f"achievement(s) ({', '.join(outcome['achievements']) or 'none'}), {_number(outcome.get('total_steps'))} "
+        f"decision(s), stop: {outcome.get('stop_reason') or '-'}"
+        + (f", error: {outcome['error']}" if outcome.get("error") else ""),
+        markup=False, highlight=False,
+    )  # fmt: skip
+
+
+async def _show_command(args: argparse.Namespace, db: Path) -> int:
+    async with _reading(db) as store:
+        trace = await store.get_session(args.run_id)
+    if trace is None:
+        raise _CliError(f"no run {args.run_id!r} in {db}", EXIT_NOT_FOUND)
+    summary = session_summary(trace)
+    if args.json:
+        _out(_json(summary))
+    else:
+        _print_session(summary, args.full)
+    return EXIT_OK
+
+
+# --- export ----------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ExportStats:
+    sessions: int = 0
+    records: int = 0
+    skipped_unusable: int = 0  # openai-sft: the answer was not usable or did not call interact_many
+    images_dropped: int = 0  # openai-sft: image parts the store does not keep
+
+
+def _wire_tool_call(call: Mapping[str, Any], index: int) -> dict[str, Any]:
+    """An OpenAI `tool_calls` entry with an id and JSON-string arguments, as fine-tuning expects."""
+    function: Mapping[str, Any] = call["function"] if isinstance(call.get("function"), Mapping) else call
+    arguments = function.get("arguments")
+    return {
+        "id": str(call.get("id") or f"call_{index}"),
+        "type": "function",
+        "function": {
+            "name": str(function.get("name") or call.get("tool_name") or ""),
+            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments or {}),
+        },
+    }
+
+
+def _interact_many_calls(tool_calls: Any) -> list[dict[str, Any]] | None:
+    """The answer's tool calls, or None unless every one is `interact_many` with a list of actions."""
+    if not isinstance(tool_calls, list) or not tool_calls:
+        return None
+    calls = [_wire_tool_call(call, index) for index, call in enumerate(tool_calls) if isinstance(call, Mapping)]
+    for call in calls:
+        try:
+            arguments = json.loads(call["function"]["arguments"])
+        except ValueError:
+            return None
+        if call["function"]["name"] != TOOL_NAME or not isinstance(arguments, dict):
+            return None
+        if not isinstance(arguments.get("actions"), list) or not arguments["actions"]:
+            return None
+    return calls if len(calls) == len(tool_calls) else None
+
+
+def _chat_message(entry: Mapping[str, Any], stats: ExportStats) -> dict[str, Any]:
+    content = entry.get("content")
+    if isinstance(content, list):
+        kept = [part for part in content if not (isinstance(part, Mapping) and part.get("type") == IMAGE_REF)]
+        stats.images_dropped += len(content) - len(kept)
+        if all(isinstance(part, Mapping) and part.get("type") == "text" for part in kept):
+            content = "\n".join(str(part.get("text", "")) for part in kept)
+        else:
+            content = kept
+    message: dict[str, Any] = {"role": entry.get("role"), "content": content}
+    if entry.get("tool_calls"):
+        message["tool_calls"] = [_wire_tool_call(call, index) for index, call in enumerate(entry["tool_calls"])]
+    for key in ("tool_call_id", "name"):
+        if entry.get(key):
+            message[key] = entry[key]
+    return message
+
+
+def openai_sft_example(record: Mapping[str, Any], stats: ExportStats) -> dict[str, Any] | None:
+    """An SFT record (seed shape) as an OpenAI chat fine-tuning example, or None if it is not usable."""
+    assistant = record.get("assistant") or {}
+    calls = _interact_many_calls(assistant.get("tool_calls"))
+    if not (record.get("metadata") or {}).get("usable") or calls is None:
+        stats.skipped_unusable += 1
+        return None
+    answer: dict[str, Any] = {"role": "assistant", "tool_calls": calls}
+    if assistant.get("content_text"):
+        answer["content"] = assistant["content_text"]
+    messages = [_chat_message(entry, stats) for entry in record.get("dialogue") or []]
+    return {"messages": [*messages, answer], "tools": [tool_schema()], "parallel_tool_calls": False}
+
+
+def export_records(
+    trace: Mapping[str, Any], fmt: str, model: str | None, stats: ExportStats
+) -> Iterator[dict[str, Any]]:
+    """The export lines of one stored session."""
+    stats.sessions += 1
+    for record in sft_records_from_trace(trace):
+        if model is not None and record.get("model") != model:
+            continue
+        line = record if fmt == JSONL else openai_sft_example(record, stats)
+        if line is not None:
+            stats.records += 1
+            yield line
+
+
+def _prepare_output(output: Path, db: Path) -> None:
+    if output.exists() and output.resolve() == db.resolve():
+        raise _CliError(f"refusing to overwrite the trace database {db} with the export")
+    if output.is_dir():
+        raise _CliError(f"{output} is a directory; -o takes a file name")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _CliError(f"cannot create {output.parent}: {exc}") from exc
+
+
+async def _export_command(args: argparse.Namespace, db: Path) -> int:
+    output: Path = args.output
+    stats = ExportStats()
+    stderr = Console(stderr=True)
+    async with _reading(db) as store:
+        await anyio.to_thread.run_sync(_prepare_output, output, db)
+        sessions = await store.list_sessions(args.since, args.min_achievements, args.model, ALL_ROWS)
+        run_ids = [row["session_id"] for row in reversed(sessions)]  # oldest first
+        progress = Progress(
+            TextColumn("exporting sessions"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            console=stderr, transient=True, disable=not stderr.is_terminal,
+        )  # fmt: skip
+        task = progress.add_task("sessions", total=len(run_ids))
+
+        def lines() -> Iterator[dict[str, Any]]:  # runs in the worker thread that writes the file
+            for run_id in run_ids:
+                trace = anyio.from_thread.run(store.get_session, run_id)
+                if trace is not None:
+                    yield from export_records(trace, args.format, args.model, stats)
+                progress.advance(task)
+
+        with progress:
+            try:
+                await anyio.to_thread.run_sync(write_jsonl_atomic, output.parent, output.name, lines())
+            except OSError as exc:
+                raise _CliError(f"cannot write {output}: {exc}") from exc
+    _export_report(stderr, output, args.format, stats)
+    return EXIT_OK
+
+
+def _export_report(console: Console, output: Path, fmt: str, stats: ExportStats) -> None:
+    console.print(
+        f"Wrote {stats.records} {fmt} record(s) from {stats.sessions} session(s) to {output}",
+        markup=False, highlight=False,
+    )  # fmt: skip
+    if not stats.sessions:
+        console.print("No session matched the filters; the file is empty.", style="yellow")
+    if stats.skipped_unusable:
+        console.print(f"Skipped {stats.skipped_unusable} call(s) without a usable interact_many answer.")
+    if stats.images_dropped:
+        console.print(
+            f"Dropped {stats.images_dropped} image part(s): the trace store keeps image references, not images.",
+            style="yellow",
+        )

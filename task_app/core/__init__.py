@@ -1,0 +1,1 @@
+"""What every layer may use: settings, errors, wire contracts, JSON codec, outbound HTTP, rubrics."""

@@ -1,0 +1,23 @@
+"""The Crafter game layer: worlds and their cache, actions, observations, traits."""
+
+from .actions import ACHIEVEMENTS, ACTION_IDS, ACTIONS, TOOL_NAME, ActionPlan, normalise_tool_calls
+from .episode import DecisionOutcome, Game
+from .observation import Observation
+from .traits import WorldTraits, world_traits
+from .worlds import GameEnv, WorldFactory
+
+__all__ = [
+    "ACHIEVEMENTS",
+    "ACTIONS",
+    "ACTION_IDS",
+    "TOOL_NAME",
+    "ActionPlan",
+    "DecisionOutcome",
+    "Game",
+    "GameEnv",
+    "Observation",
+    "WorldFactory",
+    "WorldTraits",
+    "normalise_tool_calls",
+    "world_traits",
+]

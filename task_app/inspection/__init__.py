@@ -1,0 +1,1 @@
+"""Looking back at rollouts: deterministic replay, the episode viewer, the eval report, episode scores."""

@@ -1,0 +1,1 @@
+"""The application the routes call: a rollout from request to response bytes, the policies, the taskset."""

@@ -1,0 +1,1 @@
+"""The HTTP layer: the FastAPI app and its lifespan, auth, limits, error handlers and routes."""

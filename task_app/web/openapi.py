@@ -1,0 +1,91 @@
+"""What the OpenAPI schema says the routes answer, error statuses included.
+
+Handlers return ready `JSONBytes` responses (often pre-encoded bytes), so FastAPI cannot infer what
+they answer: each route declares its 200 body with `ok(Model)` (models in `contracts.py`) and, with
+`errors(...)`, the statuses it can fail with, all of them in the one error body of CONTRACT.md §1,
+`{"error": {"code", "message", ...}, "detail"}`. The fuzz test (`tests/test_fuzz.py`) holds every
+response of every route to these declarations. `allowed_methods` makes a 405's `Allow` header true.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.routing import BaseRoute, Match
+
+from ..core.contracts import ErrorResponse
+
+try:  # FastAPI >= 0.130 keeps included routers as such; their routes are reached through contexts
+    from fastapi.routing import iter_route_contexts as _flat_routes
+except ImportError:  # pragma: no cover - older FastAPI: app.routes is already flat
+
+    def _flat_routes(routes: Iterable[Any]) -> Iterable[Any]:
+        return routes
+
+
+__all__ = ["BODY", "PROTECTED", "allowed_methods", "errors", "ok"]
+
+_WHY = {
+    400: "the body is not valid JSON (`invalid_json`: syntax, encoding, NaN, nesting over 1024) or asks for "
+    "something this app does not serve (e.g. `streaming_not_supported`)",
+    401: "API key missing or invalid (`unauthorized`)",
+    404: "no such run (`run_not_found`, `not_found`)",
+    409: "the run is still running (`run_in_progress`) or cannot be replayed (`not_replayable`)",
+    413: "the request body is larger than TASKAPP_MAX_BODY_BYTES (`payload_too_large`)",
+    422: "a client mistake in the body, query or path (`invalid_request` or a more precise code)",
+    429: "too many rollouts in flight (`capacity_exceeded`); retry after `Retry-After` seconds",
+    502: "the vendor answered badly or could not be reached (`<vendor>_error`, `<vendor>_unreachable`, ...)",
+    503: "a key this endpoint needs is not configured (`missing_environment_api_key`, "
+    "`missing_<vendor>_api_key`) or the trace store is unavailable",
+    504: "the vendor did not answer in time (`<vendor>_timeout`)",
+}
+_HEADERS: dict[int, dict[str, Any]] = {
+    429: {"Retry-After": {"description": "seconds to wait before retrying", "schema": {"type": "integer"}}},
+}
+
+PROTECTED = (401, 503)  # every route behind the API key (503 when the server has no key configured)
+BODY = (400, 413, 422)  # every route that reads a JSON body
+
+
+_ERROR_SCHEMA = {"$ref": "#/components/schemas/ErrorResponse"}
+
+
+def errors(*statuses: int, html_route: bool = False) -> dict[int | str, dict[str, Any]]:
+    """`responses=` entries for these statuses, each with the contract's error body.
+
+    FastAPI files a `model` under the route's own media type; an HTML route's errors are JSON all the
+    same, so for those the JSON content is spelled out (the JSON routes register `ErrorResponse`).
+    """
+    declared: dict[int | str, dict[str, Any]] = {}
+    for status in sorted(set(statuses)):
+        entry: dict[str, Any] = {"description": _WHY[status]}
+        if html_route:
+            entry["content"] = {"application/json": {"schema": _ERROR_SCHEMA}}
+        else:
+            entry["model"] = ErrorResponse
+        if status in _HEADERS:
+            entry["headers"] = _HEADERS[status]
+        declared[status] = entry
+    return declared
+
+
+def ok(model: Any, description: str = "success") -> dict[int | str, dict[str, Any]]:
+    """The `responses=` entry for a 200 answer whose JSON body is `model` (a pydantic model or type)."""
+    return {200: {"model": model, "description": description}}
+
+
+def allowed_methods(request: Request) -> str:
+    """The `Allow` header of a 405: every method the request's path serves.
+
+    Starlette lists only the methods of the first route matching the path, and `GET /` and `HEAD /`
+    are separate routes here (one operation id each), so a 405 on `/` would say `Allow: HEAD`.
+    """
+    methods: set[str] = set()
+    routes: Iterable[BaseRoute] = _flat_routes(request.app.routes)
+    for route in routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods.update(getattr(route, "methods", None) or ())
+    return ", ".join(sorted(methods))

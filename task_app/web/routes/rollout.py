@@ -1,0 +1,48 @@
+"""`POST /rollout` (and the seed system's `POST /done`)."""
+
+from __future__ import annotations
+
+import anyio
+from fastapi import APIRouter, Request
+
+from ...core.contracts import DoneResponse, RolloutRequest, RolloutResponse
+from ...rollout.control import RunControl
+from ..deps import AuthDep, ServiceDep, SettingsDep
+from ..openapi import BODY, PROTECTED, errors, ok
+from ..responses import JSONBytes
+from ..strict_json import StrictJSONRoute
+
+router = APIRouter(tags=["rollout"], dependencies=[AuthDep], route_class=StrictJSONRoute, responses=errors(*PROTECTED))
+
+
+async def _abort_on_disconnect(request: Request, control: RunControl) -> None:
+    """A client that goes away cancels its rollout (the body is already read, so the next message is the end)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            control.abort()
+            return
+
+
+@router.post("/rollout", responses={**ok(RolloutResponse), **errors(*BODY, 409, 429)})
+async def rollout(body: RolloutRequest, request: Request, service: ServiceDep) -> JSONBytes:
+    admission = service.admit(body)
+    if admission.replay is not None:
+        return JSONBytes(admission.replay)
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(_abort_on_disconnect, request, admission.entry.control)
+            payload = await service.execute(admission)
+            group.cancel_scope.cancel()
+    except ExceptionGroup as group_error:
+        # The task group wraps what `execute` raised (e.g. NotConfigured for a provider without a key);
+        # the app's error handlers dispatch on the exception's own type, so hand them the bare one.
+        if len(group_error.exceptions) == 1:
+            raise group_error.exceptions[0]  # noqa: B904 - its context is the group, which holds only it
+        raise
+    return JSONBytes(payload)
+
+
+@router.post("/done", responses=ok(DoneResponse))
+async def done(settings: SettingsDep) -> JSONBytes:
+    return JSONBytes({"ok": True, "service": settings.service_id})

@@ -1,0 +1,32 @@
+"""The shared objects of one app instance, created and closed by the lifespan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import aiohttp
+
+from ..core.offload import Offload
+from ..core.rubrics import Rubric
+from ..core.settings import Settings
+from ..game import WorldFactory
+from ..rollout.registry import RunRegistry
+from ..service.rollouts import RolloutService
+from ..service.taskset import Taskset, TraitsCache
+from ..tracing.recording import TraceRecorder
+from .loop_lag import LoopLagProbe
+
+
+@dataclass(slots=True)
+class AppState:
+    settings: Settings
+    http: aiohttp.ClientSession  # outbound: model servers and vendors (task_app.core.outbound)
+    worlds: WorldFactory
+    traits: TraitsCache
+    taskset: Taskset
+    rubrics: dict[str, Rubric]
+    registry: RunRegistry
+    recorder: TraceRecorder
+    service: RolloutService
+    offload: Offload[object]
+    loop_lag: LoopLagProbe | None = None  # set when TASKAPP_LOOP_LAG_PROBE_S > 0
