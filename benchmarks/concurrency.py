@@ -164,7 +164,7 @@ def _figures(phase: Phase) -> dict[str, Figure]:
     return {
         "rate": Figure(
             BENCH, f"decisions_per_s_{phase.tag}", f"decisions/s ({what}; ideal {phase.ideal:g})", "1/s", digits=1
-        ),  # fmt: skip
+        ),
         "ratio": Figure(BENCH, f"ratio_to_ideal_{phase.tag}", f"share of ideal ({what})", "", target=ratio_target),
         "p50": Figure(BENCH, f"rollout_p50_s_{phase.tag}", f"rollout p50 ({what}; ideal {ideal_s:g} s)", "s"),
         "p99": Figure(BENCH, f"rollout_p99_s_{phase.tag}", f"rollout p99 ({what})", "s"),
@@ -175,13 +175,13 @@ def _figures(phase: Phase) -> dict[str, Figure]:
             "ms",
             target=lag_target,
             digits=1,
-        ),  # fmt: skip
+        ),
         "lag_max": Figure(
             BENCH, f"loop_lag_max_ms_{phase.tag}", f"event-loop lag max, in server ({what})", "ms", digits=1
         ),
         "health_p99": Figure(
             BENCH, f"health_p99_ms_{phase.tag}", f"/health latency p99, separate poller ({what})", "ms", digits=1
-        ),  # fmt: skip
+        ),
         "cpu_share": Figure(BENCH, f"server_cpu_cores_{phase.tag}", f"server CPU, cores busy ({what})", "cores"),
         "model_cpu_share": Figure(BENCH, f"model_cpu_cores_{phase.tag}", f"fake model CPU, cores ({what})", "cores"),
         "client_cpu_share": Figure(BENCH, f"client_cpu_cores_{phase.tag}", f"client CPU, cores ({what})", "cores"),

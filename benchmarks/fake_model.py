@@ -25,9 +25,23 @@ from .loopback import serve_on_loopback
 
 # A walk that also hits what it faces: keeps the player moving, collecting and crafting a little.
 ACTION_CYCLE = (
-    "move_left", "do", "move_up", "do", "move_right", "do", "move_down", "do",
-    "move_left", "move_left", "do", "move_up", "move_up", "do", "noop", "place_table",
-)  # fmt: skip
+    "move_left",
+    "do",
+    "move_up",
+    "do",
+    "move_right",
+    "do",
+    "move_down",
+    "do",
+    "move_left",
+    "move_left",
+    "do",
+    "move_up",
+    "move_up",
+    "do",
+    "noop",
+    "place_table",
+)
 _STEP = re.compile(rb"Step (\d+)/")
 _MODEL = re.compile(rb'"model"\s*:\s*"bench-a(\d+)(?:-l(\d+))?"')
 _ids = itertools.count(1)

@@ -110,9 +110,13 @@ def run(repetitions: int, quick: bool) -> list[Figure]:
     start = 100 if quick else 200  # the small caches are full long before this
     idle = Figure(BENCH, "rss_idle_mb", "RSS at idle (started, one rollout done)", "MB", digits=1)
     per = Figure(
-        BENCH, "rss_per_inflight_mb", f"RSS per in-flight rollout ({concurrency} x {decisions} decisions)", "MB",
-        target=("<=", 2.0), digits=3,
-    )  # fmt: skip
+        BENCH,
+        "rss_per_inflight_mb",
+        f"RSS per in-flight rollout ({concurrency} x {decisions} decisions)",
+        "MB",
+        target=("<=", 2.0),
+        digits=3,
+    )
     after = Figure(BENCH, f"rss_after_{rollouts}_mb", f"RSS after {rollouts} sequential rollouts", "MB", digits=1)
     growth = Figure(BENCH, "rss_growth_mb", f"RSS growth, rollout {start} -> {rollouts} (small caches)", "MB", digits=1)
     with fake_model() as model:

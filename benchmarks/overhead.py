@@ -114,20 +114,39 @@ def run(repetitions: int, quick: bool) -> list[Figure]:
 
 
 def _variant(
-    app: Served, model_url: str, factory: WorldFactory, seeds: list[int], decisions: int, actions: int,
-    tracing: bool, repetitions: int,
-) -> list[Figure]:  # fmt: skip
+    app: Served,
+    model_url: str,
+    factory: WorldFactory,
+    seeds: list[int],
+    decisions: int,
+    actions: int,
+    tracing: bool,
+    repetitions: int,
+) -> list[Figure]:
     tag = f"{actions}a_{'traced' if tracing else 'untraced'}"
     what = f"{actions} action{'s' if actions > 1 else ''}/decision, tracing {'on' if tracing else 'off'}"
     server = Figure(BENCH, f"server_cpu_ms_{tag}", f"server CPU per decision ({what})", "ms", digits=3)
-    bare = Figure(BENCH, f"floor_bare_cpu_ms_{actions}a", f"floor: stock crafter step + text obs ({actions} "
-                  f"action{'s' if actions > 1 else ''})", "ms", digits=3)  # fmt: skip
-    render_free = Figure(BENCH, f"floor_render_free_cpu_ms_{actions}a", f"floor: render-free step + text obs "
-                         f"({actions} action{'s' if actions > 1 else ''})", "ms", digits=3)  # fmt: skip
+    bare = Figure(
+        BENCH,
+        f"floor_bare_cpu_ms_{actions}a",
+        f"floor: stock crafter step + text obs ({actions} action{'s' if actions > 1 else ''})",
+        "ms",
+        digits=3,
+    )
+    render_free = Figure(
+        BENCH,
+        f"floor_render_free_cpu_ms_{actions}a",
+        f"floor: render-free step + text obs ({actions} action{'s' if actions > 1 else ''})",
+        "ms",
+        digits=3,
+    )
     ratio = Figure(
-        BENCH, f"ratio_bare_{tag}", f"ratio server/stock-crafter floor ({what})", "x",
+        BENCH,
+        f"ratio_bare_{tag}",
+        f"ratio server/stock-crafter floor ({what})",
+        "x",
         target=("<=", 2.0) if tracing else None,
-    )  # fmt: skip
+    )
     strict = Figure(BENCH, f"ratio_render_free_{tag}", f"ratio server/render-free floor ({what})", "x")
     wall = Figure(BENCH, f"wall_ms_{tag}", f"wall per decision, trainer view ({what})", "ms", digits=3)
     for _ in range(repetitions):

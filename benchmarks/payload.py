@@ -74,7 +74,7 @@ def run(repetitions: int, quick: bool) -> list[Figure]:
             f"response, trace {name or 'none'}{', gzip' if gzip else ''}",
             "KB",
             digits=1,
-        )  # fmt: skip
+        )
         for gzip in (False, True)
         for name in FORMATS
     }

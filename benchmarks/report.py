@@ -95,8 +95,15 @@ def _fmt(value: float, digits: int) -> str:
 
 def table(figures: Sequence[Figure], title: str) -> Table:
     out = Table(title=title)
-    for column, justify in (("bench", "left"), ("figure", "left"), ("median", "right"), ("unit", "left"),
-                            ("repetitions", "right"), ("target", "right"), ("", "left")):  # fmt: skip
+    for column, justify in (
+        ("bench", "left"),
+        ("figure", "left"),
+        ("median", "right"),
+        ("unit", "left"),
+        ("repetitions", "right"),
+        ("target", "right"),
+        ("", "left"),
+    ):
         out.add_column(column, justify=justify)  # type: ignore[arg-type]
     for figure in figures:
         target = "" if figure.target is None else f"{figure.target[0]} {_fmt(figure.target[1], figure.digits)}"

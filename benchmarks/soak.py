@@ -82,20 +82,36 @@ FAULTS: dict[str, tuple[str, set[str | None]]] = {
     "huge": ("policy_error", {"inference_response_too_large"}),
 }
 # Everything else: kind -> weight.
-KINDS = {"react": 40, "react-trace": 10, "react-stepwise": 10, "react-flaky": 8, "scripted": 20, "replay": 6,
-         "status": 3, "task-info": 3}  # fmt: skip
+KINDS = {
+    "react": 40,
+    "react-trace": 10,
+    "react-stepwise": 10,
+    "react-flaky": 8,
+    "scripted": 20,
+    "replay": 6,
+    "status": 3,
+    "task-info": 3,
+}
 
 
 # --- the fake model ---------------------------------------------------------------------------------
 
 
 def _completion(actions: list[str]) -> bytes:
-    call = {"id": "call_soak", "type": "function",
-            "function": {"name": "interact_many", "arguments": json.dumps({"actions": actions})}}  # fmt: skip
+    call = {
+        "id": "call_soak",
+        "type": "function",
+        "function": {"name": "interact_many", "arguments": json.dumps({"actions": actions})},
+    }
     message = {"role": "assistant", "content": None, "tool_calls": [call]}
-    body = {"id": "chatcmpl-soak", "object": "chat.completion", "created": 0, "model": "soak",
-            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
-            "usage": {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920}}  # fmt: skip
+    body = {
+        "id": "chatcmpl-soak",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "soak",
+        "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 900, "completion_tokens": 20, "total_tokens": 920},
+    }
     return json.dumps(body).encode()
 
 
@@ -195,8 +211,13 @@ def app_server(traces_db: Path, log_path: Path, **overrides: Any) -> Iterator[Se
     with log_path.open("w") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.app_server", "--settings", json.dumps(settings)],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
     try:
         assert process.stdout is not None
         line = process.stdout.readline()
@@ -257,8 +278,10 @@ def _rollout_body(kind: str, model_url: str, rng: random.Random) -> dict[str, An
     model = f"soak-{kind}" if kind in FAULTS else "soak-ok"
     if kind == "react-flaky":
         model = f"soak-flaky-{uuid.uuid4().hex[:8]}"
-    body["policy"] = {"policy_name": "crafter-react",
-                      "config": {"model": model, "inference_url": model_url, "max_llm_calls": decisions}}  # fmt: skip
+    body["policy"] = {
+        "policy_name": "crafter-react",
+        "config": {"model": model, "inference_url": model_url, "max_llm_calls": decisions},
+    }
     if kind == "react-trace":
         body["record"] = {"return_trace": True, "trace_format": "structured"}
     if kind == "react-stepwise":
@@ -290,8 +313,13 @@ def _one_request(kind: str, client: httpx.Client, model_url: str, tally: Tally, 
             if previous is None:
                 return
             run_id, content = previous
-            body = {"run_id": run_id, "mode": "eval", "env": {"env_name": "crafter"},
-                    "policy": {"policy_name": "crafter-scripted"}, "ops": ["agent"]}  # fmt: skip
+            body = {
+                "run_id": run_id,
+                "mode": "eval",
+                "env": {"env_name": "crafter"},
+                "policy": {"policy_name": "crafter-scripted"},
+                "ops": ["agent"],
+            }
             response = client.post("/rollout", json=body)
             # An entry pushed out of the bounded registry runs again as a new rollout: also correct;
             # and if another worker is re-running the same evicted run_id right now, 409 is the answer.
@@ -384,8 +412,13 @@ def _rss_verdict(samples: list[dict[str, Any]]) -> dict[str, Any]:
     second = statistics.median(rss[quarter : 2 * quarter] or rss)
     last = statistics.median(rss[-quarter:])
     limit = second * 1.10 + 16
-    return {"second_quarter_mb": second, "last_quarter_mb": last, "limit_mb": round(limit, 1),
-            "peak_mb": max(rss), "flat": last <= limit}  # fmt: skip
+    return {
+        "second_quarter_mb": second,
+        "last_quarter_mb": last,
+        "limit_mb": round(limit, 1),
+        "peak_mb": max(rss),
+        "flat": last <= limit,
+    }
 
 
 def _cost_trend(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -398,8 +431,10 @@ def _cost_trend(samples: list[dict[str, Any]]) -> dict[str, Any]:
     def window(first: dict[str, Any], last: dict[str, Any]) -> dict[str, float]:
         stored = max(1, (last["written"] or 0) - (first["written"] or 0))
         seconds = max(1e-9, last["t_s"] - first["t_s"])
-        return {"cpu_ms_per_rollout": round(1000 * (last["cpu_s"] - first["cpu_s"]) / stored, 1),
-                "stored_per_s": round(stored / seconds, 1)}  # fmt: skip
+        return {
+            "cpu_ms_per_rollout": round(1000 * (last["cpu_s"] - first["cpu_s"]) / stored, 1),
+            "stored_per_s": round(stored / seconds, 1),
+        }
 
     if len(samples) < 3:  # noqa: PLR2004 - two windows need three samples
         return {}
@@ -454,9 +489,14 @@ def soak(minutes: float, concurrency: int, fault_rate: float, sample_every_s: fl
         database = _database(db, tally.answered)  # after a graceful stop: checkpointed and closed
     requests = sum(tally.outcomes.values())
     injected = sum(count for key, count in tally.outcomes.items() if key.split(":")[0] in FAULTS)
-    latency = {kind: {"n": len(values), "p50_s": round(statistics.median(values), 3),
-                      "p99_s": round(sorted(values)[int(0.99 * (len(values) - 1))], 3)}
-               for kind, values in sorted(tally.latencies.items())}  # fmt: skip
+    latency = {
+        kind: {
+            "n": len(values),
+            "p50_s": round(statistics.median(values), 3),
+            "p99_s": round(sorted(values)[int(0.99 * (len(values) - 1))], 3),
+        }
+        for kind, values in sorted(tally.latencies.items())
+    }
     rss = _rss_verdict(samples[1:] or samples)
     result = {
         "minutes": minutes,

@@ -183,8 +183,14 @@ def report(metrics: dict[str, Metric], out: Path, console: Console) -> dict[str,
         for name, (limit, unit) in TARGETS.items()
     }
     table = Table(title="Crafter worlds and decisions (median of per-run medians)")
-    for column, justify in (("measure", "left"), ("median ms", "right"), ("run medians ms", "right"),
-                            ("p90 ms", "right"), ("calls", "right"), ("target", "right")):  # fmt: skip
+    for column, justify in (
+        ("measure", "left"),
+        ("median ms", "right"),
+        ("run medians ms", "right"),
+        ("p90 ms", "right"),
+        ("calls", "right"),
+        ("target", "right"),
+    ):
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for name, metric in metrics.items():
         data = metric.as_dict()

@@ -78,8 +78,13 @@ Behaviour = Callable[[Exchange], Awaitable[None]]
 _ids = itertools.count(1)
 
 
-def completion(message: dict[str, Any], *, finish_reason: str = "stop", model: str = "fake-model",
-               usage: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+def completion(
+    message: dict[str, Any],
+    *,
+    finish_reason: str = "stop",
+    model: str = "fake-model",
+    usage: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """A chat.completion body around one assistant message."""
     return {
         "id": f"chatcmpl-fake-{next(_ids)}",
@@ -104,8 +109,13 @@ def chat(message: dict[str, Any], *, finish_reason: str = "stop", usage: dict[st
     return respond
 
 
-def tool_call(*actions: Any, name: str = "interact_many", arguments: Any = None, as_string: bool = True,
-              content: str | None = None) -> Behaviour:  # fmt: skip
+def tool_call(
+    *actions: Any,
+    name: str = "interact_many",
+    arguments: Any = None,
+    as_string: bool = True,
+    content: str | None = None,
+) -> Behaviour:
     """An assistant message with one tool call; `arguments` overrides the default `{"actions": [...]}`."""
     args = {"actions": list(actions)} if arguments is None else arguments
     call = {
@@ -127,8 +137,13 @@ def json_body(body: Any, *, status: int = 200, headers: dict[str, str] | None = 
     return respond
 
 
-def raw(content: bytes | str, *, status: int = 200, content_type: str = "application/json",
-        headers: dict[str, str] | None = None) -> Behaviour:  # fmt: skip
+def raw(
+    content: bytes | str,
+    *,
+    status: int = 200,
+    content_type: str = "application/json",
+    headers: dict[str, str] | None = None,
+) -> Behaviour:
     async def respond(ex: Exchange) -> None:
         response = Response(content, status_code=status, media_type=content_type, headers=headers)
         await response(ex.scope, ex.receive, ex.send)
@@ -307,9 +322,15 @@ class FakeModel:
 
     def start(self) -> FakeModel:
         config = uvicorn.Config(
-            self, http="h11", lifespan="off", log_config=None, log_level="warning", access_log=False,
-            interface="asgi3", timeout_graceful_shutdown=2,
-        )  # fmt: skip
+            self,
+            http="h11",
+            lifespan="off",
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            interface="asgi3",
+            timeout_graceful_shutdown=2,
+        )
         server = _ThreadServer(config)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

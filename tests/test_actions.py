@@ -232,8 +232,19 @@ def test_the_recorded_tool_call_is_the_normalised_one() -> None:
 
 @pytest.mark.parametrize(
     ("item", "name"),
-    [("do", "do"), (" Move_Left ", "move_left"), (0, "noop"), (16, "make_iron_sword"), (17, None), (-1, None),
-     (True, None), (1.0, None), ("", None), (None, None), (["do"], None)],
-)  # fmt: skip
+    [
+        ("do", "do"),
+        (" Move_Left ", "move_left"),
+        (0, "noop"),
+        (16, "make_iron_sword"),
+        (17, None),
+        (-1, None),
+        (True, None),
+        (1.0, None),
+        ("", None),
+        (None, None),
+        (["do"], None),
+    ],
+)
 def test_action_name(item: object, name: str | None) -> None:
     assert action_name(item) == name

@@ -131,22 +131,31 @@ NOT_JSON: list[tuple[str, bytes, dict[str, str], int, str]] = [
     ("nan-literal", with_value("safety.max_time_s", "NaN"), JSON, 400, "invalid_json"),
     ("infinity-literal", with_value("safety.max_time_s", "Infinity"), JSON, 400, "invalid_json"),
     ("number-overflows-double", with_value("env.seed", "1e400"), JSON, 400, "invalid_json"),
-    ("lone-surrogate-in-config", with_value("policy.config.trace_correlation_id", '"\\ud800"'), JSON, 400,
-     "invalid_json"),
+    (
+        "lone-surrogate-in-config",
+        with_value("policy.config.trace_correlation_id", '"\\ud800"'),
+        JSON,
+        400,
+        "invalid_json",
+    ),
     ("lone-low-surrogate", with_value("training_session_id", '"\\udc00x"'), JSON, 400, "invalid_json"),
-    ("invalid-utf8", with_value("synth_base_url", '"\xff"').replace(b"\xc3\xbf", b"\xff"), JSON, 400,
-     "invalid_json"),
+    ("invalid-utf8", with_value("synth_base_url", '"\xff"').replace(b"\xc3\xbf", b"\xff"), JSON, 400, "invalid_json"),
     ("trailing-garbage", json.dumps(body()).encode() + b" }", JSON, 400, "invalid_json"),
     ("utf16-body", json.dumps(body()).encode("utf-16"), JSON, 400, "invalid_json"),
     ("empty-body", b"", JSON, 422, "invalid_request"),
     ("json-null", b"null", JSON, 422, "invalid_request"),
     ("json-string", b'"rollout"', JSON, 422, "invalid_request"),
-    ("form-encoded", b"run_id=x&mode=eval", {"Content-Type": "application/x-www-form-urlencoded"}, 422,
-     "invalid_request"),
+    (
+        "form-encoded",
+        b"run_id=x&mode=eval",
+        {"Content-Type": "application/x-www-form-urlencoded"},
+        422,
+        "invalid_request",
+    ),
     ("nested-100k-arrays", nested(100_000), JSON, 400, "invalid_json"),
     ("nested-100k-objects", nested(100_000, "object"), JSON, 400, "invalid_json"),
     ("nested-2000-in-config", with_value("policy.config.extra", nested(2000).decode()), JSON, 400, "invalid_json"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(
@@ -203,10 +212,12 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("max-steps-zero", body(env={"config": {"env_params": {"max_steps_per_episode": 0}}}), "invalid_env_config"),
     ("max-steps-negative", body(env={"config": {"env_params": {"max_steps_per_episode": -5}}}), "invalid_env_config"),
     ("max-steps-huge", body(env={"config": {"env_params": {"max_steps_per_episode": 2**63}}}), "invalid_env_config"),
-    ("max-steps-enormous", body(env={"config": {"env_params": {"max_steps_per_episode": 10**30}}}),
-     "invalid_env_config"),
-    ("max-steps-string", body(env={"config": {"env_params": {"max_steps_per_episode": "ten"}}}),
-     "invalid_env_config"),
+    (
+        "max-steps-enormous",
+        body(env={"config": {"env_params": {"max_steps_per_episode": 10**30}}}),
+        "invalid_env_config",
+    ),
+    ("max-steps-string", body(env={"config": {"env_params": {"max_steps_per_episode": "ten"}}}), "invalid_env_config"),
     ("max-steps-float", body(env={"config": {"env_params": {"max_steps_per_episode": 2.5}}}), "invalid_env_config"),
     ("episode-length-zero", body(env={"config": {"length": 0}}), "invalid_env_config"),
     ("area-too-large", body(env={"config": {"area": [10_000, 10_000]}}), "invalid_env_config"),
@@ -252,7 +263,7 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("run-id-10-kb", body(run_id="r" * 10_240), "invalid_request"),
     ("run-id-201-chars", body(run_id="r" * 201), "invalid_request"),
     ("run-id-empty", body(run_id=""), "invalid_request"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("request_json", "code"), [case[1:] for case in INVALID], ids=[case[0] for case in INVALID])
@@ -274,9 +285,10 @@ def test_a_provider_without_a_vendor_key_is_503_not_500(client: httpx.Client) ->
 
 
 @pytest.mark.parametrize(
-    "run_id_text", ["a/b", "..", "a..b", "run\x00id", "r" * 10_240, "rün"], ids=["slash", "dotdot", "dots-inside",
-                                                                              "nul", "10-kb", "unicode"]
-)  # fmt: skip
+    "run_id_text",
+    ["a/b", "..", "a..b", "run\x00id", "r" * 10_240, "rün"],
+    ids=["slash", "dotdot", "dots-inside", "nul", "10-kb", "unicode"],
+)
 def test_abort_with_a_hostile_run_id_is_422(client: httpx.Client, run_id_text: str) -> None:
     expect(client.post("/run/abort", json={"run_id": run_id_text}), 422, "invalid_request")
 

@@ -112,9 +112,14 @@ def server_process(log_dir: Path, *, prefix: Sequence[str] = (), **settings: Any
     log_path = log_dir / f"server-{uuid.uuid4().hex[:8]}.log"
     with log_path.open("w") as log:
         process = subprocess.Popen(
-            command, cwd=ROOT, env=_child_environment(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=log, text=True,
-        )  # fmt: skip
+            command,
+            cwd=ROOT,
+            env=_child_environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
     assert process.stdout is not None
     served = ServerProcess(process, "", log_path)
     try:
@@ -302,8 +307,14 @@ def test_a_read_only_volume(tmp_path: Path, fake_model: FakeModel) -> None:
     volume = tmp_path / "volume"
     volume.mkdir()
     _prepared_database(volume / "traces.db")
-    read_only = ["unshare", "-m", "sh", "-c", 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" && exec "$@"',
-                 str(volume)]  # fmt: skip
+    read_only = [
+        "unshare",
+        "-m",
+        "sh",
+        "-c",
+        'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" && exec "$@"',
+        str(volume),
+    ]
     with server_process(tmp_path, prefix=read_only, traces_db=volume / "traces.db") as server:
         health = server.health()
         assert health["healthy"] is True and health["storage"]["status"] == "degraded"

@@ -34,9 +34,13 @@ from task_app.policy.inference import (
 pytestmark = pytest.mark.anyio
 
 FAST = InferenceLimits(
-    connect_timeout_s=2.0, read_timeout_s=5.0, max_attempts=4, backoff_s=0.01, backoff_max_s=0.05,
+    connect_timeout_s=2.0,
+    read_timeout_s=5.0,
+    max_attempts=4,
+    backoff_s=0.01,
+    backoff_max_s=0.05,
     max_response_bytes=1024 * 1024,
-)  # fmt: skip
+)
 BODY = {"model": "fake", "messages": [{"role": "user", "content": "hi"}]}
 
 
@@ -83,8 +87,9 @@ def test_chat_completions_url(given: str, expected: str) -> None:
 # --- vendor parameters -------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["gpt-5", "gpt-5-mini", "gpt-5-nano-2025-08-07", "o1", "o3-mini", "o4-mini",
-                                  "openai/gpt-5"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name", ["gpt-5", "gpt-5-mini", "gpt-5-nano-2025-08-07", "o1", "o3-mini", "o4-mini", "openai/gpt-5"]
+)
 def test_reasoning_models_get_max_completion_tokens_and_no_sampling(name: str) -> None:
     assert is_reasoning_model(name)
     params = chat_params(name, provider="openai", temperature=0.2, top_p=0.95, max_tokens=300)
@@ -92,8 +97,10 @@ def test_reasoning_models_get_max_completion_tokens_and_no_sampling(name: str) -
     assert chat_params(name, provider="openai")["max_completion_tokens"] == DEFAULT_REASONING_MAX_TOKENS
 
 
-@pytest.mark.parametrize("name", ["gpt-4o-mini", "gpt-4.1", "qwen/qwen3-32b", "openai/gpt-oss-120b",
-                                  "llama-3.3-70b-versatile", "Qwen/Qwen3-4B"])  # fmt: skip
+@pytest.mark.parametrize(
+    "name",
+    ["gpt-4o-mini", "gpt-4.1", "qwen/qwen3-32b", "openai/gpt-oss-120b", "llama-3.3-70b-versatile", "Qwen/Qwen3-4B"],
+)
 def test_other_models_keep_max_tokens_and_sampling(name: str) -> None:
     assert not is_reasoning_model(name)
     params = chat_params(name, provider="groq", temperature=0.2, top_p=0.95, max_completion_tokens=256)
@@ -136,8 +143,9 @@ def test_target_key_rules() -> None:
     )
     assert (groq.provider, groq.headers()["Authorization"]) == ("groq", "Bearer gsk-groq-secret")
     # A trainer's own server never gets our vendor keys, whatever it claims to be.
-    other = resolve_target(inference_url="https://openai.evil.example/v1", provider="openai", api_key=None,
-                           settings=settings)  # fmt: skip
+    other = resolve_target(
+        inference_url="https://openai.evil.example/v1", provider="openai", api_key=None, settings=settings
+    )
     assert "Authorization" not in other.headers()
     assert "secret" not in repr(openai)
 
@@ -175,8 +183,12 @@ async def test_fake_server_sees_url_body_and_auth(model: FakeModel) -> None:
         client = InferenceClient(http, FAST)
         target = resolve_target(inference_url=None, provider="openai", api_key=None, settings=settings)
         result = await client.chat(target, BODY, deadline=None)
-        mine = resolve_target(inference_url=model.url("/v1?cid=trace_q"), provider=None,
-                              api_key=SecretStr("caller-key"), settings=_settings())  # fmt: skip
+        mine = resolve_target(
+            inference_url=model.url("/v1?cid=trace_q"),
+            provider=None,
+            api_key=SecretStr("caller-key"),
+            settings=_settings(),
+        )
         await client.chat(mine, BODY, deadline=None)
     assert result.status == 200 and result.attempts == 1 and result.body is not None
     first, second = model.requests

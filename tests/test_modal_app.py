@@ -72,8 +72,16 @@ def deploy_section() -> str:
 
 
 OPENAI_KEY = "sk-proj-Zx8CvBnMqWeRtYuI"
-DEPRECATED = ("keep_warm", "concurrency_limit", "allow_concurrent_inputs", "container_idle_timeout",
-              "modal.Mount", "copy_local_dir", "web_endpoint", "modal.Stub")  # fmt: skip
+DEPRECATED = (
+    "keep_warm",
+    "concurrency_limit",
+    "allow_concurrent_inputs",
+    "container_idle_timeout",
+    "modal.Mount",
+    "copy_local_dir",
+    "web_endpoint",
+    "modal.Stub",
+)
 
 
 # --- offline guards --------------------------------------------------------------------------------
@@ -223,8 +231,11 @@ def test_deploy_request_carries_autoscaling_snapshot_and_label() -> None:
         function, by_id = function_create_request(module)
     scaling = function.autoscaler_settings
     assert (scaling.min_containers, scaling.max_containers, scaling.buffer_containers, scaling.scaledown_window) == (
-        config.min_containers, config.max_containers, config.buffer_containers, config.scaledown_window_s,
-    )  # fmt: skip
+        config.min_containers,
+        config.max_containers,
+        config.buffer_containers,
+        config.scaledown_window_s,
+    )
     assert (config.min_containers, config.max_containers, config.buffer_containers) == (0, 10, 0)
     assert function.timeout_secs == config.timeout_s
     assert (function.max_concurrent_inputs, function.target_concurrent_inputs) == (64, 32)
@@ -239,8 +250,10 @@ def test_deploy_request_carries_autoscaling_snapshot_and_label() -> None:
     assert isinstance(by_id[function.volume_mounts[0].volume_id], modal._object._Object)
     secrets = [repr(synchronizer._translate_out(by_id[secret_id])) for secret_id in function.secret_ids]
     assert [re.sub(r".*'(.*)'.*", r"\1", text) for text in secrets] == [
-        "crafter-environment-api-key", "openai-api-key", "groq-api-key",
-    ]  # fmt: skip
+        "crafter-environment-api-key",
+        "openai-api-key",
+        "groq-api-key",
+    ]
 
 
 def test_documented_defaults_are_the_deployed_ones() -> None:
@@ -250,10 +263,20 @@ def test_documented_defaults_are_the_deployed_ones() -> None:
     expected = {_config_variable(field): modal_app._text(value) for field, value in asdict(defaults).items()}
     assert documented == expected
     text = deploy_section()
-    for needle in ("/root/task_app", "/root/rubrics", "/traces", "follow_redirects", "X-API-Key", "303",
-                   "modal serve modal_app.py", "modal deploy modal_app.py", "https://<workspace>--<label>.modal.run",
-                   "modal secret create crafter-environment-api-key", "modal secret create openai-api-key",
-                   "modal secret create groq-api-key"):  # fmt: skip
+    for needle in (
+        "/root/task_app",
+        "/root/rubrics",
+        "/traces",
+        "follow_redirects",
+        "X-API-Key",
+        "303",
+        "modal serve modal_app.py",
+        "modal deploy modal_app.py",
+        "https://<workspace>--<label>.modal.run",
+        "modal secret create crafter-environment-api-key",
+        "modal secret create openai-api-key",
+        "modal secret create groq-api-key",
+    ):
         assert needle in text, needle
 
 
@@ -344,10 +367,23 @@ def test_image_build_steps_and_added_folders() -> None:
 def test_image_leaves_out_local_clutter(tmp_path: Path) -> None:
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     keep = ["task_app/__init__.py", "task_app/sub/module.py", "task_app/data.json", "rubrics/a.json"]
-    clutter = ["task_app/.env", "task_app/.env.local", "task_app/__pycache__/x.cpython-311.pyc", "task_app/sub/y.pyc",
-               "task_app/traces.db", "task_app/traces.db-wal", "task_app/.venv/lib/z.py", "task_app/venv/z.py",
-               "task_app/.mypy_cache/m.json", "task_app/.pytest_cache/v", "task_app/.git/HEAD", "rubrics/.env",
-               "rubrics/old.db", "rubrics/__pycache__/r.pyc", "rubrics/.ruff_cache/x"]  # fmt: skip
+    clutter = [
+        "task_app/.env",
+        "task_app/.env.local",
+        "task_app/__pycache__/x.cpython-311.pyc",
+        "task_app/sub/y.pyc",
+        "task_app/traces.db",
+        "task_app/traces.db-wal",
+        "task_app/.venv/lib/z.py",
+        "task_app/venv/z.py",
+        "task_app/.mypy_cache/m.json",
+        "task_app/.pytest_cache/v",
+        "task_app/.git/HEAD",
+        "rubrics/.env",
+        "rubrics/old.db",
+        "rubrics/__pycache__/r.pyc",
+        "rubrics/.ruff_cache/x",
+    ]
     for name in keep + clutter:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x")

@@ -223,8 +223,15 @@ def test_react_with_everything() -> None:
 
 @pytest.mark.parametrize(
     "url",
-    ["ftp://host/v1", "127.0.0.1:8000/v1", "file:///etc/passwd", "http://", "http://user:secret@host/v1", "https://key@host/v1"],
-)  # fmt: skip
+    [
+        "ftp://host/v1",
+        "127.0.0.1:8000/v1",
+        "file:///etc/passwd",
+        "http://",
+        "http://user:secret@host/v1",
+        "https://key@host/v1",
+    ],
+)
 @pytest.mark.parametrize("policy_name", ["crafter-react", "crafter-scripted"])
 def test_bad_inference_url(url: str, policy_name: str) -> None:
     error = _error(policy={"policy_name": policy_name, "config": {"model": "m", "inference_url": url}})

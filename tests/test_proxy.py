@@ -170,8 +170,16 @@ def test_reasoning_model_shaping(vendor_app: AppServer, fake_model: FakeModel) -
     assert _post(vendor_app, OPENAI_PATH, body).status_code == 200
     sent = _sent(fake_model)
     assert sent["max_completion_tokens"] == 300  # the caller's budget, not raised to 16000 (seed defect)
-    for absent in ("max_tokens", "temperature", "top_p", "stop_after_tool_calls", "thinking_mode",
-                   "thinking_budget", "extra_body", "top_k"):  # fmt: skip
+    for absent in (
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "stop_after_tool_calls",
+        "thinking_mode",
+        "thinking_budget",
+        "extra_body",
+        "top_k",
+    ):
         assert absent not in sent, absent
     assert sent["tools"] == body["tools"]
     assert sent["tool_choice"] == body["tool_choice"]
@@ -180,8 +188,14 @@ def test_reasoning_model_shaping(vendor_app: AppServer, fake_model: FakeModel) -
 
 
 def test_chat_model_shaping(vendor_app: AppServer, fake_model: FakeModel) -> None:
-    body = {"model": "gpt-4o-mini", "messages": [USER], "max_completion_tokens": 256, "temperature": 0.3,
-            "stream": False, "stream_options": {"include_usage": True}}  # fmt: skip
+    body = {
+        "model": "gpt-4o-mini",
+        "messages": [USER],
+        "max_completion_tokens": 256,
+        "temperature": 0.3,
+        "stream": False,
+        "stream_options": {"include_usage": True},
+    }
     assert _post(vendor_app, OPENAI_PATH, body).status_code == 200
     sent = _sent(fake_model)
     assert "stream" not in sent and "stream_options" not in sent
@@ -192,8 +206,15 @@ def test_chat_model_shaping(vendor_app: AppServer, fake_model: FakeModel) -> Non
 
 
 def test_groq_shaping_and_defaults(vendor_app: AppServer, fake_model: FakeModel) -> None:
-    body = {"model": "llama-3.3-70b-versatile", "messages": [USER], "temperature": 0.2, "top_p": 0.9,
-            "min_p": 0.1, "repetition_penalty": 1.1, "reasoning": {"effort": "low"}}  # fmt: skip
+    body = {
+        "model": "llama-3.3-70b-versatile",
+        "messages": [USER],
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "min_p": 0.1,
+        "repetition_penalty": 1.1,
+        "reasoning": {"effort": "low"},
+    }
     assert _post(vendor_app, GROQ_PATH, body).status_code == 200
     sent = _sent(fake_model)
     assert fake_model.requests[-1].path == "/openai/v1/chat/completions"
@@ -303,8 +324,14 @@ def test_synthesis_ignores_odd_bodies() -> None:
 
 def test_vendor_4xx_is_502_with_status_and_a_sanitised_body(vendor_app: AppServer, fake_model: FakeModel) -> None:
     masked = f"sk-proj-********{OPENAI_KEY[-4:]}"
-    body = {"error": {"message": f"Incorrect API key provided: {masked}. Or maybe {OPENAI_KEY}.",
-                      "type": "invalid_request_error", "code": "invalid_api_key", "param": None}}  # fmt: skip
+    body = {
+        "error": {
+            "message": f"Incorrect API key provided: {masked}. Or maybe {OPENAI_KEY}.",
+            "type": "invalid_request_error",
+            "code": "invalid_api_key",
+            "param": None,
+        }
+    }
     fake_model.script(error(401, body=body))
     response = _post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]})
     assert response.status_code == 502

@@ -46,35 +46,67 @@ def _actions(calls: list[dict[str, Any]]) -> list[str]:
 # --- parsing -----------------------------------------------------------------------------------------
 
 PARSED = [
-    ("args as JSON string", {"tool_calls": [_call("interact_many", '{"actions": ["move_left", "do"]}')]},
-     "tool_calls", ["move_left", "do"]),
-    ("args as object", {"tool_calls": [_call("interact_many", {"actions": ["place_table"]})]},
-     "tool_calls", ["place_table"]),
-    ("legacy function_call", {"function_call": {"name": "interact_many", "arguments": '{"actions": ["sleep"]}'}},
-     "function_call", ["sleep"]),
+    (
+        "args as JSON string",
+        {"tool_calls": [_call("interact_many", '{"actions": ["move_left", "do"]}')]},
+        "tool_calls",
+        ["move_left", "do"],
+    ),
+    (
+        "args as object",
+        {"tool_calls": [_call("interact_many", {"actions": ["place_table"]})]},
+        "tool_calls",
+        ["place_table"],
+    ),
+    (
+        "legacy function_call",
+        {"function_call": {"name": "interact_many", "arguments": '{"actions": ["sleep"]}'}},
+        "function_call",
+        ["sleep"],
+    ),
     ("interact with action", {"tool_calls": [_call("interact", {"action": "do"})]}, "tool_calls", ["do"]),
-    ("interact with actions", {"tool_calls": [_call("interact", '{"actions": ["noop", "do"]}')]},
-     "tool_calls", ["noop", "do"]),
+    (
+        "interact with actions",
+        {"tool_calls": [_call("interact", '{"actions": ["noop", "do"]}')]},
+        "tool_calls",
+        ["noop", "do"],
+    ),
     ("action ids", {"tool_calls": [_call("interact_many", {"actions": [2, 5]})]}, "tool_calls", ["move_right", "do"]),
     ("tool named after the action", {"tool_calls": [_call("move_up", "{}")]}, "tool_calls", ["move_up"]),
     ("several calls", {"tool_calls": [_call("move_up", "{}"), _call("do", None)]}, "tool_calls", ["move_up", "do"]),
     ("some items invalid", {"tool_calls": [_call("interact_many", {"actions": ["fly", "do"]})]}, "tool_calls", ["do"]),
     ("bad call, good text", {"content": '{"actions": ["do"]}', "tool_calls": [_call("dance", "{}")]}, "text", ["do"]),
     ("text JSON", {"content": '{"actions": ["move_down", "do"]}'}, "text", ["move_down", "do"]),
-    ("text JSON in fences", {"content": 'Plan:\n```json\n{"actions": ["do", "do"]}\n```\nGood luck'}, "text",
-     ["do", "do"]),
-    ("text JSON in prose", {"content": 'I will chop. {"actions": ["move_left", "do"], "why": "tree"} ok?'}, "text",
-     ["move_left", "do"]),
+    (
+        "text JSON in fences",
+        {"content": 'Plan:\n```json\n{"actions": ["do", "do"]}\n```\nGood luck'},
+        "text",
+        ["do", "do"],
+    ),
+    (
+        "text JSON in prose",
+        {"content": 'I will chop. {"actions": ["move_left", "do"], "why": "tree"} ok?'},
+        "text",
+        ["move_left", "do"],
+    ),
     ("text JSON actions string", {"content": '{"actions": "move_up; do"}'}, "text", ["move_up", "do"]),
-    ("text JSON tool call", {"content": '<tool_call>{"name": "interact_many", "arguments": {"actions": ["do"]}}'
-                                        "</tool_call>"}, "text", ["do"]),
+    (
+        "text JSON tool call",
+        {"content": '<tool_call>{"name": "interact_many", "arguments": {"actions": ["do"]}}</tool_call>'},
+        "text",
+        ["do"],
+    ),
     ("actions line", {"content": "The tree is left.\nactions: move_left, do"}, "text", ["move_left", "do"]),
     ("numbered actions", {"content": "Action 1: move left\nAction 2: Do"}, "text", ["move_left", "do"]),
-    ("last line mentions", {"content": "Avoid the lava on the right.\nmove_up, move_up"}, "text",
-     ["move_up", "move_up"]),
+    (
+        "last line mentions",
+        {"content": "Avoid the lava on the right.\nmove_up, move_up"},
+        "text",
+        ["move_up", "move_up"],
+    ),
     ("think block ignored", {"content": "<think>maybe move_right</think>\nactions: move_left"}, "text", ["move_left"]),
     ("content parts", {"content": [{"type": "text", "text": "actions: sleep"}]}, "text", ["sleep"]),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("case", "message", "source", "actions"), PARSED, ids=[p[0] for p in PARSED])
@@ -94,11 +126,14 @@ UNUSABLE = [
     ("prose only", _body({"role": "assistant", "content": "I like trees."}), "no_actions_in_text"),
     ("think only", _body({"role": "assistant", "content": "<think>move_left or do?"}, "length"), "no_actions_in_text"),
     ("unknown tool", _body({"tool_calls": [_call("dance", "{}")]}), "invalid_tool_calls"),
-    ("unknown actions", _body({"tool_calls": [_call("interact_many", {"actions": ["fly", 99]})]}),
-     "invalid_tool_calls"),
+    (
+        "unknown actions",
+        _body({"tool_calls": [_call("interact_many", {"actions": ["fly", 99]})]}),
+        "invalid_tool_calls",
+    ),
     ("broken arguments", _body({"tool_calls": [_call("interact_many", '{"actions": [')]}), "invalid_tool_calls"),
     ("no actions", _body({"tool_calls": [_call("interact_many", "{}")]}), "invalid_tool_calls"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("case", "body", "reason"), UNUSABLE, ids=[u[0] for u in UNUSABLE])
@@ -178,8 +213,12 @@ def test_vision_and_image_only_messages(worlds: WorldFactory) -> None:
 
 def _plan(fake: FakeModel, *, ops: int = 8, run_id: str = "react-1", **config: Any) -> RolloutPlan:
     safety = config.pop("safety", {"max_time_s": 60})
-    policy_config = {"inference_url": fake.url("/v1?cid=trace_react"), "model": "fake-model",
-                     "max_llm_calls": ops, **config}  # fmt: skip
+    policy_config = {
+        "inference_url": fake.url("/v1?cid=trace_react"),
+        "model": "fake-model",
+        "max_llm_calls": ops,
+        **config,
+    }
     request = RolloutRequest.model_validate(
         {
             "run_id": run_id,
@@ -262,9 +301,14 @@ async def test_text_and_garbage_answers(model: FakeModel, worlds: WorldFactory) 
 @pytest.mark.anyio
 async def test_provider_without_key_is_refused() -> None:
     request = RolloutRequest.model_validate(
-        {"run_id": "p1", "mode": "eval", "env": {"env_name": "crafter", "seed": 1}, "ops": ["agent"],
-         "policy": {"policy_name": "crafter-react", "config": {"provider": "openai", "model": "gpt-4o-mini"}}}
-    )  # fmt: skip
+        {
+            "run_id": "p1",
+            "mode": "eval",
+            "env": {"env_name": "crafter", "seed": 1},
+            "ops": ["agent"],
+            "policy": {"policy_name": "crafter-react", "config": {"provider": "openai", "model": "gpt-4o-mini"}},
+        }
+    )
     plan = build_plan(request, Settings())
     async with open_session(8) as http:
         client = InferenceClient(http, FAST)

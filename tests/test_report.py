@@ -114,8 +114,10 @@ def test_request_with_trace() -> None:
 
 
 def test_model_calls_are_summarised(worlds: WorldFactory, tmp_path: Path) -> None:
-    rows = [row_of(llm_rollout(worlds, run_id=f"llm-{seed}", seed=seed, decisions=5, policy=_MetaLLMPolicy(seed=seed)))
-            for seed in (1, 2)]  # fmt: skip
+    rows = [
+        row_of(llm_rollout(worlds, run_id=f"llm-{seed}", seed=seed, decisions=5, policy=_MetaLLMPolicy(seed=seed)))
+        for seed in (1, 2)
+    ]
     samples = call_samples(rows)
     assert len(samples["latency ms"]) == 10 and samples["prompt tokens"] == [812.0] * 10
     result = write_report(rows, tmp_path / "llm.html", worlds=worlds)

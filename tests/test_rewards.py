@@ -10,10 +10,23 @@ from task_app.game import ACHIEVEMENTS, DecisionOutcome
 from task_app.rollout.rewards import StepRewardConfig, StepRewardShaper
 
 INVENTORY = {
-    "health": 9, "food": 9, "drink": 9, "energy": 9, "sapling": 0, "wood": 0, "stone": 0, "coal": 0, "iron": 0,
-    "diamond": 0, "wood_pickaxe": 0, "stone_pickaxe": 0, "iron_pickaxe": 0, "wood_sword": 0, "stone_sword": 0,
+    "health": 9,
+    "food": 9,
+    "drink": 9,
+    "energy": 9,
+    "sapling": 0,
+    "wood": 0,
+    "stone": 0,
+    "coal": 0,
+    "iron": 0,
+    "diamond": 0,
+    "wood_pickaxe": 0,
+    "stone_pickaxe": 0,
+    "iron_pickaxe": 0,
+    "wood_sword": 0,
+    "stone_sword": 0,
     "iron_sword": 0,
-}  # fmt: skip
+}
 COUNTS = dict.fromkeys(ACHIEVEMENTS, 0)
 
 

@@ -22,8 +22,12 @@ def _copy_rubrics(tmp_path: Path) -> Path:
 def test_shipped_rubrics_load() -> None:
     rubrics = load_rubrics(None)
     assert [criterion.id for criterion in rubrics["outcome"].criteria] == [
-        "achievement_progression", "resource_stockpile", "survival_state", "failure_analysis", "future_readiness",
-    ]  # fmt: skip
+        "achievement_progression",
+        "resource_stockpile",
+        "survival_state",
+        "failure_analysis",
+        "future_readiness",
+    ]
     assert [criterion.weight for criterion in rubrics["events"].criteria] == [0.55, 0.2, 0.15, 0.1]
     assert {rubric.aggregation for rubric in rubrics.values()} == {"weighted_sum"}
 

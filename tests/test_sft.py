@@ -48,7 +48,11 @@ def test_records_field_by_field(result: RolloutResult) -> None:
         assert call is not None and call.assistant_message is not None
         assert set(record) == RECORD_KEYS
         assert (record["run_id"], record["turn"], record["model"], record["provider"]) == (
-            "sft-run", decision.index, MODEL, "openai")  # fmt: skip
+            "sft-run",
+            decision.index,
+            MODEL,
+            "openai",
+        )
         assert record["dialogue"] == [
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": call.messages[1]["content"]},

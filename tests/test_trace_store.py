@@ -30,24 +30,98 @@ pytestmark = pytest.mark.anyio
 SEED_COLUMNS = {
     "experiments": ["experiment_id", "name", "description", "created_at", "updated_at", "configuration", "metadata"],
     "systems": ["system_id", "name", "system_type", "description", "created_at", "metadata"],
-    "system_versions": ["version_id", "system_id", "version_number", "commit_hash", "created_at", "configuration",
-                        "metadata"],
+    "system_versions": [
+        "version_id",
+        "system_id",
+        "version_number",
+        "commit_hash",
+        "created_at",
+        "configuration",
+        "metadata",
+    ],
     "experimental_systems": ["id", "experiment_id", "system_id", "version_id"],
-    "session_traces": ["session_id", "created_at", "num_timesteps", "num_events", "num_messages", "metadata",
-                       "experiment_id"],
-    "session_timesteps": ["id", "session_id", "step_id", "step_index", "turn_number", "started_at", "completed_at",
-                          "num_events", "num_messages", "step_metadata"],
-    "events": ["id", "session_id", "timestep_id", "event_type", "system_instance_id", "event_time", "message_time",
-               "created_at", "model_name", "provider", "input_tokens", "output_tokens", "total_tokens", "cost_usd",
-               "latency_ms", "span_id", "trace_id", "call_records", "reward", "terminated", "truncated",
-               "system_state_before", "system_state_after", "metadata", "event_metadata"],
-    "messages": ["id", "session_id", "timestep_id", "message_type", "content", "timestamp", "event_time",
-                 "message_time", "metadata"],
-    "outcome_rewards": ["id", "session_id", "total_reward", "achievements_count", "total_steps", "created_at",
-                        "reward_metadata"],
-    "event_rewards": ["id", "event_id", "session_id", "message_id", "turn_number", "reward_value", "reward_type",
-                      "key", "annotation", "source", "created_at"],
-}  # fmt: skip
+    "session_traces": [
+        "session_id",
+        "created_at",
+        "num_timesteps",
+        "num_events",
+        "num_messages",
+        "metadata",
+        "experiment_id",
+    ],
+    "session_timesteps": [
+        "id",
+        "session_id",
+        "step_id",
+        "step_index",
+        "turn_number",
+        "started_at",
+        "completed_at",
+        "num_events",
+        "num_messages",
+        "step_metadata",
+    ],
+    "events": [
+        "id",
+        "session_id",
+        "timestep_id",
+        "event_type",
+        "system_instance_id",
+        "event_time",
+        "message_time",
+        "created_at",
+        "model_name",
+        "provider",
+        "input_tokens",
+        "output_tokens",
+        "total_tokens",
+        "cost_usd",
+        "latency_ms",
+        "span_id",
+        "trace_id",
+        "call_records",
+        "reward",
+        "terminated",
+        "truncated",
+        "system_state_before",
+        "system_state_after",
+        "metadata",
+        "event_metadata",
+    ],
+    "messages": [
+        "id",
+        "session_id",
+        "timestep_id",
+        "message_type",
+        "content",
+        "timestamp",
+        "event_time",
+        "message_time",
+        "metadata",
+    ],
+    "outcome_rewards": [
+        "id",
+        "session_id",
+        "total_reward",
+        "achievements_count",
+        "total_steps",
+        "created_at",
+        "reward_metadata",
+    ],
+    "event_rewards": [
+        "id",
+        "event_id",
+        "session_id",
+        "message_id",
+        "turn_number",
+        "reward_value",
+        "reward_type",
+        "key",
+        "annotation",
+        "source",
+        "created_at",
+    ],
+}
 SESSION_TABLES = ("session_traces", "session_timesteps", "events", "messages", "outcome_rewards", "event_rewards")
 
 
@@ -64,8 +138,10 @@ def short_result(worlds: WorldFactory) -> RolloutResult:
 def counts(path: Path, session_id: str | None = None) -> dict[str, int]:
     with sqlite3.connect(path) as conn:
         where, params = ("WHERE session_id = ?", (session_id,)) if session_id else ("", ())
-        return {table: conn.execute(f"SELECT COUNT(*) FROM {table} {where}", params).fetchone()[0]
-                for table in SESSION_TABLES}  # fmt: skip
+        return {
+            table: conn.execute(f"SELECT COUNT(*) FROM {table} {where}", params).fetchone()[0]
+            for table in SESSION_TABLES
+        }
 
 
 def expected_counts(result: RolloutResult) -> dict[str, int]:
@@ -102,8 +178,15 @@ async def test_round_trip(tmp_path: Path, result: RolloutResult) -> None:
         assert store.health()["written"] == 1
     expected = build_session_trace(result)
     assert stored is not None
-    for key in ("session_id", "created_at", "session_time_steps", "event_history", "markov_blanket_message_history",
-                "metadata", "session_metadata"):  # fmt: skip
+    for key in (
+        "session_id",
+        "created_at",
+        "session_time_steps",
+        "event_history",
+        "markov_blanket_message_history",
+        "metadata",
+        "session_metadata",
+    ):
         assert stored[key] == expected[key], key
     assert stored["outcome_reward"] == expected["metadata"]["outcome_reward"]
     assert counts(path) == expected_counts(result)
@@ -246,8 +329,10 @@ async def test_a_run_written_twice_in_one_group_is_replaced_not_merged(
 async def test_list_sessions_filters(tmp_path: Path, result: RolloutResult, short_result: RolloutResult) -> None:
     import dataclasses
 
-    rich = dataclasses.replace(with_run_id(result, "rich"), episodes=[
-        dataclasses.replace(result.episodes[0], achievements=["collect_wood", "place_table"])])  # fmt: skip
+    rich = dataclasses.replace(
+        with_run_id(result, "rich"),
+        episodes=[dataclasses.replace(result.episodes[0], achievements=["collect_wood", "place_table"])],
+    )
     async with TraceStore(tmp_path / "t.db") as store:
         for item in (rich, with_run_id(short_result, "poor")):
             assert (await store_result(store, item))["stored"]
@@ -356,9 +441,11 @@ async def test_forward_migration_and_seed_database(tmp_path: Path, result: Rollo
 
     seed_path = tmp_path / "seed.db"
     with sqlite3.connect(seed_path) as conn:  # the seed's tables, with their embedding columns, version 0
-        conn.execute("CREATE TABLE session_traces (session_id VARCHAR PRIMARY KEY, created_at DATETIME NOT NULL, "
-                     "num_timesteps INTEGER NOT NULL, num_events INTEGER NOT NULL, num_messages INTEGER NOT NULL, "
-                     "metadata TEXT, experiment_id VARCHAR, embedding VECTOR)")  # fmt: skip
+        conn.execute(
+            "CREATE TABLE session_traces (session_id VARCHAR PRIMARY KEY, created_at DATETIME NOT NULL, "
+            "num_timesteps INTEGER NOT NULL, num_events INTEGER NOT NULL, num_messages INTEGER NOT NULL, "
+            "metadata TEXT, experiment_id VARCHAR, embedding VECTOR)"
+        )
         conn.execute("INSERT INTO session_traces VALUES ('old', '2025-01-01 00:00:00', 0, 0, 0, '{}', NULL, NULL)")
     async with TraceStore(seed_path) as store:
         assert store.schema_version == SCHEMA_VERSION

@@ -206,9 +206,16 @@ def test_since_accepts_durations_and_iso_dates() -> None:
 
 @pytest.mark.parametrize(
     "argv",
-    [["list", "--since", "soon"], ["list", "--min-achievements", "-1"], ["list", "--limit", "0"], ["show"],
-     ["export", "--format", "csv", "-o", "x"], ["export"], []],
-)  # fmt: skip
+    [
+        ["list", "--since", "soon"],
+        ["list", "--min-achievements", "-1"],
+        ["list", "--limit", "0"],
+        ["show"],
+        ["export", "--format", "csv", "-o", "x"],
+        ["export"],
+        [],
+    ],
+)
 def test_bad_arguments_exit_2(cli: Any, argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as raised:
         cli(*argv)
@@ -491,8 +498,12 @@ def test_wired_into_task_app_cli(corpus: Corpus, tmp_path: Path) -> None:
     output = tmp_path / "sft.jsonl"
     exported = subprocess.run(
         [*command, "export", "--format", "openai-sft", "-o", str(output)],
-        capture_output=True, text=True, timeout=120, check=False, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
     assert exported.returncode == 0, exported.stderr
     assert "exporting sessions" in exported.stderr  # the progress bar, on a terminal
     assert read_jsonl(output)

@@ -95,12 +95,28 @@ class FakeLLMPolicy:
         ]
         started = datetime.now(UTC)
         finished = started + timedelta(milliseconds=420 + turn)
-        params = {"temperature": 0.2, "top_p": 0.95, "max_tokens": 512, "tools": TOOLS, "parallel_tool_calls": False,
-                  "tool_choice": {"type": "function", "function": {"name": "interact_many"}}}  # fmt: skip
+        params = {
+            "temperature": 0.2,
+            "top_p": 0.95,
+            "max_tokens": 512,
+            "tools": TOOLS,
+            "parallel_tool_calls": False,
+            "tool_choice": {"type": "function", "function": {"name": "interact_many"}},
+        }
         usage = {"prompt_tokens": 812, "completion_tokens": 24, "total_tokens": 836}
         if turn in self.fail_turns:
-            call = LMCall(MODEL, "openai", INFERENCE_URL, messages, params, started, finished, 30000.0, attempts=4,
-                          error="ReadTimeout: model server did not answer")  # fmt: skip
+            call = LMCall(
+                MODEL,
+                "openai",
+                INFERENCE_URL,
+                messages,
+                params,
+                started,
+                finished,
+                30000.0,
+                attempts=4,
+                error="ReadTimeout: model server did not answer",
+            )
             return PolicyDecision(tool_calls=[], usable=False, meta={"unusable_reason": "error"}, lm_call=call)
         assistant = {"role": "assistant", "content": None, "tool_calls": tool_calls}
         response = {
@@ -111,9 +127,19 @@ class FakeLLMPolicy:
             "usage": usage,
         }
         call = LMCall(
-            MODEL, "openai", INFERENCE_URL, messages, params, started, finished, 420.0 + turn,
-            response=response, assistant_message=assistant, usage=usage, finish_reason="tool_calls",
-        )  # fmt: skip
+            MODEL,
+            "openai",
+            INFERENCE_URL,
+            messages,
+            params,
+            started,
+            finished,
+            420.0 + turn,
+            response=response,
+            assistant_message=assistant,
+            usage=usage,
+            finish_reason="tool_calls",
+        )
         return PolicyDecision(tool_calls=tool_calls, meta={"inference_ms": 420.0 + turn}, lm_call=call)
 
     async def aclose(self) -> None:
@@ -254,17 +280,37 @@ def test_call_record_keeps_prompt_and_answer_but_not_the_query_string(result: Ro
 
 def test_compact_trace(result: RolloutResult) -> None:
     compact = build_trace_payload(result, "compact")
-    assert set(compact) == {"session_id", "created_at", "metadata", "events_count", "messages_count", "lm_calls",
-                            "decision_rewards"}  # fmt: skip
+    assert set(compact) == {
+        "session_id",
+        "created_at",
+        "metadata",
+        "events_count",
+        "messages_count",
+        "lm_calls",
+        "decision_rewards",
+    }
     structured = build_session_trace(result)
     assert compact["events_count"] == len(structured["event_history"])
     assert compact["messages_count"] == len(structured["markov_blanket_message_history"])
     assert [call["turn"] for call in compact["lm_calls"]] == list(range(6))
-    assert set(compact["lm_calls"][0]) == {"turn", "model", "provider", "total_tokens", "input_tokens",
-                                           "output_tokens", "latency_ms", "tool_calls"}  # fmt: skip
+    assert set(compact["lm_calls"][0]) == {
+        "turn",
+        "model",
+        "provider",
+        "total_tokens",
+        "input_tokens",
+        "output_tokens",
+        "latency_ms",
+        "tool_calls",
+    }
     assert [entry["turn"] for entry in compact["decision_rewards"]] == list(range(6))
-    assert set(compact["decision_rewards"][0]) == {"turn", "ach_delta", "unique_delta", "achievements",
-                                                   "unique_achievements"}  # fmt: skip
+    assert set(compact["decision_rewards"][0]) == {
+        "turn",
+        "ach_delta",
+        "unique_delta",
+        "achievements",
+        "unique_achievements",
+    }
     text = json.dumps(compact)
     assert SYSTEM_PROMPT[:60] not in text and result.records[0].obs_text not in text
 

@@ -81,9 +81,13 @@ async def run_rollouts(
     limiter = anyio.Semaphore(concurrency)
     headers = {"X-API-Key": api_key}
     progress = Progress(
-        TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, transient=True,
-    )  # fmt: skip
+        TextColumn("rollouts"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
     async with httpx.AsyncClient(
         base_url=base_url, headers=headers, timeout=timeout_s, follow_redirects=True
     ) as client:

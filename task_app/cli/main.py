@@ -22,7 +22,7 @@ from .view import add_viewer_parsers
 
 
 def _serve(args: argparse.Namespace) -> int:
-    settings = Settings(_env_file=args.env_file)  # type: ignore[call-arg]
+    settings = Settings(_env_file=args.env_file)
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
     if args.reload:
@@ -44,8 +44,9 @@ def _demo(args: argparse.Namespace) -> int:
     console = Console()
     api_key = secrets.token_urlsafe(24)
     seeds = parse_seeds(args.seeds)
-    overrides = {"traces_db": Path(args.traces_dir) / "task_app.db"} if args.traces_dir else {}
-    settings = Settings(environment_api_key=api_key, **overrides)  # type: ignore[call-arg,arg-type]
+    settings = Settings(environment_api_key=api_key)
+    if args.traces_dir:
+        settings = settings.model_copy(update={"traces_db": Path(args.traces_dir) / "task_app.db"})
     requests = [
         rollout_request(f"demo-{seed}-{secrets.token_hex(4)}", seed, args.decisions, "crafter-scripted")
         for seed in seeds

@@ -196,13 +196,26 @@ async def _reading(path: Path) -> AsyncIterator[TraceStore]:
 
 
 # (heading, no_wrap, right-aligned); short headings keep both tables readable in 80 columns
-_SESSION_COLUMNS = (("run_id", True, False), ("created (UTC)", True, False), ("model", False, False),
-                    ("seed", True, True), ("dec", True, True), ("ach", True, True), ("return", True, True),
-                    ("stop", True, False))  # fmt: skip
+_SESSION_COLUMNS = (
+    ("run_id", True, False),
+    ("created (UTC)", True, False),
+    ("model", False, False),
+    ("seed", True, True),
+    ("dec", True, True),
+    ("ach", True, True),
+    ("return", True, True),
+    ("stop", True, False),
+)
 _SESSION_CAPTION = "dec = decisions, ach = achievements unlocked"
-_DECISION_COLUMNS = (("#", True, True), ("actions", False, False), ("unlocked", False, False),
-                     ("reward", True, True), ("ms", True, True), ("tokens", True, True),
-                     ("model text", False, False))  # fmt: skip
+_DECISION_COLUMNS = (
+    ("#", True, True),
+    ("actions", False, False),
+    ("unlocked", False, False),
+    ("reward", True, True),
+    ("ms", True, True),
+    ("tokens", True, True),
+    ("model text", False, False),
+)
 _DECISION_CAPTION = "ms = model latency, tokens = prompt→completion"
 
 
@@ -233,10 +246,15 @@ async def _list_command(args: argparse.Namespace, db: Path) -> int:
     table = _table(f"Sessions in {db}", _SESSION_COLUMNS, _SESSION_CAPTION)
     for row in sessions:
         table.add_row(
-            str(row["session_id"]), _when(row["created_at"]), str(row["model"] or row["policy_name"] or "-"),
-            _number(row["seed"]), _number(row["num_timesteps"]), _number(row["achievements_count"]),
-            _number(row["total_reward"]), str(row["stop_reason"] or "-"),
-        )  # fmt: skip
+            str(row["session_id"]),
+            _when(row["created_at"]),
+            str(row["model"] or row["policy_name"] or "-"),
+            _number(row["seed"]),
+            _number(row["num_timesteps"]),
+            _number(row["achievements_count"]),
+            _number(row["total_reward"]),
+            str(row["stop_reason"] or "-"),
+        )
     console = Console()
     console.print(table)
     limited = " (--limit reached)" if len(sessions) == args.limit else ""
@@ -324,17 +342,23 @@ def _print_session(summary: Mapping[str, Any], full: bool) -> None:
     console.print(f"Run {summary['run_id']}, created {_when(summary['created_at'])} UTC", markup=False, highlight=False)
     console.print(
         f"policy {summary['policy']}, model {summary['model'] or '-'}, seed {summary['seed']}, mode {summary['mode']}",
-        markup=False, highlight=False,
-    )  # fmt: skip
+        markup=False,
+        highlight=False,
+    )
     table = _table("Decisions", _DECISION_COLUMNS, _DECISION_CAPTION)
     for decision in summary["decisions"]:
         actions = " ".join(decision["actions"]) + (
             f" (+{decision['rejected']} rejected)" if decision["rejected"] else ""
         )
         table.add_row(
-            _number(decision["index"]), actions, ", ".join(decision["unlocked"]) or "-", _number(decision["reward"]),
-            _number(decision.get("latency_ms")), _tokens_cell(decision), _model_cell(decision, full),
-        )  # fmt: skip
+            _number(decision["index"]),
+            actions,
+            ", ".join(decision["unlocked"]) or "-",
+            _number(decision["reward"]),
+            _number(decision.get("latency_ms")),
+            _tokens_cell(decision),
+            _model_cell(decision, full),
+        )
     console.print(table, markup=False)
     outcome = summary["outcome"]
     console.print(
@@ -342,8 +366,9 @@ def _print_session(summary: Mapping[str, Any], full: bool) -> None:
         f"achievement(s) ({', '.join(outcome['achievements']) or 'none'}), {_number(outcome.get('total_steps'))} "
         f"decision(s), stop: {outcome.get('stop_reason') or '-'}"
         + (f", error: {outcome['error']}" if outcome.get("error") else ""),
-        markup=False, highlight=False,
-    )  # fmt: skip
+        markup=False,
+        highlight=False,
+    )
 
 
 async def _show_command(args: argparse.Namespace, db: Path) -> int:
@@ -467,9 +492,14 @@ async def _export_command(args: argparse.Namespace, db: Path) -> int:
         sessions = await store.list_sessions(args.since, args.min_achievements, args.model, ALL_ROWS)
         run_ids = [row["session_id"] for row in reversed(sessions)]  # oldest first
         progress = Progress(
-            TextColumn("exporting sessions"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            console=stderr, transient=True, disable=not stderr.is_terminal,
-        )  # fmt: skip
+            TextColumn("exporting sessions"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=stderr,
+            transient=True,
+            disable=not stderr.is_terminal,
+        )
         task = progress.add_task("sessions", total=len(run_ids))
 
         def lines() -> Iterator[dict[str, Any]]:  # runs in the worker thread that writes the file
@@ -491,8 +521,9 @@ async def _export_command(args: argparse.Namespace, db: Path) -> int:
 def _export_report(console: Console, output: Path, fmt: str, stats: ExportStats) -> None:
     console.print(
         f"Wrote {stats.records} {fmt} record(s) from {stats.sessions} session(s) to {output}",
-        markup=False, highlight=False,
-    )  # fmt: skip
+        markup=False,
+        highlight=False,
+    )
     if not stats.sessions:
         console.print("No session matched the filters; the file is empty.", style="yellow")
     if stats.skipped_unusable:

@@ -28,14 +28,41 @@ SEMANTIC_IDS: dict[str, int] = {name: index for index, name in enumerate(SEMANTI
 VIEW_WIDTH, VIEW_HEIGHT = 9, 7
 PATCH_RADIUS = 3
 NEARBY_KINDS: tuple[str, ...] = (
-    "tree", "water", "stone", "coal", "iron", "diamond", "cow", "zombie", "skeleton", "table",
-    "furnace", "plant", "lava",
-)  # fmt: skip
+    "tree",
+    "water",
+    "stone",
+    "coal",
+    "iron",
+    "diamond",
+    "cow",
+    "zombie",
+    "skeleton",
+    "table",
+    "furnace",
+    "plant",
+    "lava",
+)
 SYMBOLS: dict[str, str] = {
-    "none": "?", "water": "~", "grass": ".", "stone": "#", "path": "_", "sand": ":", "tree": "T",
-    "lava": "!", "coal": "c", "iron": "i", "diamond": "d", "table": "t", "furnace": "f",
-    "player": "@", "cow": "C", "zombie": "Z", "skeleton": "S", "arrow": "a", "plant": "p",
-}  # fmt: skip
+    "none": "?",
+    "water": "~",
+    "grass": ".",
+    "stone": "#",
+    "path": "_",
+    "sand": ":",
+    "tree": "T",
+    "lava": "!",
+    "coal": "c",
+    "iron": "i",
+    "diamond": "d",
+    "table": "t",
+    "furnace": "f",
+    "player": "@",
+    "cow": "C",
+    "zombie": "Z",
+    "skeleton": "S",
+    "arrow": "a",
+    "plant": "p",
+}
 OUTSIDE = "X"
 _SYMBOL_OF_ID = np.array([SYMBOLS[name] for name in SEMANTIC_NAMES])
 _DIRECTION_NAMES = {(-1, 0): "left", (1, 0): "right", (0, -1): "up", (0, 1): "down"}

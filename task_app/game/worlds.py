@@ -50,7 +50,8 @@ class GameEnv(crafter.Env):
         world = self._world
         saved, world.random = world.random, np.random.RandomState(self._step or 0)
         try:
-            return self.render((size, size))
+            frame: np.ndarray = self.render((size, size))
+            return frame
         finally:
             world.random = saved
 
@@ -136,7 +137,7 @@ class WorldFactory:
 
     def world(self, seed: int, area: tuple[int, int] = (64, 64), length: int = 10_000) -> GameEnv:
         """The world for `seed` right after reset: from the cache, or generated and cached."""
-        key: WorldKey = (seed, tuple(area), length)  # type: ignore[assignment]
+        key: WorldKey = (seed, (area[0], area[1]), length)
         with self._lock:
             snapshot = self._snapshots.get(key)
             if snapshot is not None:

@@ -182,8 +182,9 @@ def _episode_problem(decision: RecordedDecision, game: Game | None, episode: int
     return None
 
 
-def _outcome_mismatch(decision: RecordedDecision, game: Game, executed: Sequence[str], reward: float,
-                      unlocked: Sequence[str], after: str) -> Mismatch | None:  # fmt: skip
+def _outcome_mismatch(
+    decision: RecordedDecision, game: Game, executed: Sequence[str], reward: float, unlocked: Sequence[str], after: str
+) -> Mismatch | None:
     recorded = decision.actions or ()
     checks: list[tuple[str, Any, Any]] = [
         ("number of executed actions (the episode ended at another step)", len(recorded), len(executed)),
@@ -289,14 +290,16 @@ def _decision_from_step(step: Mapping[str, Any], position: int) -> RecordedDecis
         decision.update(
             source="llm",
             message=call.get("output_text"),
-            tool_calls=[{"name": s.get("name"), "arguments": s.get("arguments") or s.get("arguments_json")}
-                        for s in specs] or decision["tool_calls"],
+            tool_calls=[
+                {"name": s.get("name"), "arguments": s.get("arguments") or s.get("arguments_json")} for s in specs
+            ]
+            or decision["tool_calls"],
             model=lm.get("model_name"),
             latency_ms=lm.get("latency_ms"),
             input_tokens=lm.get("input_tokens"),
             output_tokens=lm.get("output_tokens"),
             error=(call.get("error") or {}).get("message"),
-        )  # fmt: skip
+        )
     return RecordedDecision(**decision)
 
 
@@ -306,8 +309,13 @@ def _length_of(decisions: Sequence[RecordedDecision]) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _spec(seed: Any, stored: Any, episodes: Sequence[Mapping[str, Any]], decisions: Sequence[RecordedDecision],
-          assumed: list[str]) -> ReplaySpec:  # fmt: skip
+def _spec(
+    seed: Any,
+    stored: Any,
+    episodes: Sequence[Mapping[str, Any]],
+    decisions: Sequence[RecordedDecision],
+    assumed: list[str],
+) -> ReplaySpec:
     """The replay spec from `metadata.replay`, each missing field reconstructed and named in `assumed`."""
     stored = stored if isinstance(stored, Mapping) else {}
     if _as_int(seed) is None:

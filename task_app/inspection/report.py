@@ -212,10 +212,15 @@ def _episodes_table(rows: Sequence[EpisodeRow], links: dict[str, str], problems:
         else:
             replay_cell = '<span class="good">verified</span>'
         cells = [
-            str(row.seed), run, f"{len(row.achievements)} <span class=muted>{html.escape(', '.join(row.achievements))}"
-            "</span>", f"{row.episode_return:g}", str(row.decisions), f"{row.duration_s:.2f}",
-            html.escape(row.error or row.stop_reason), replay_cell,
-        ]  # fmt: skip
+            str(row.seed),
+            run,
+            f"{len(row.achievements)} <span class=muted>{html.escape(', '.join(row.achievements))}</span>",
+            f"{row.episode_return:g}",
+            str(row.decisions),
+            f"{row.duration_s:.2f}",
+            html.escape(row.error or row.stop_reason),
+            replay_cell,
+        ]
         body.append("<tr>" + "".join(f"<td>{cell}</td>" for cell in cells) + "</tr>")
     return f'<table id="episodes"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
@@ -293,13 +298,19 @@ def write_report(
     result.interval = bootstrap_interval(episodes)
     returns = [row.episode_return for row in rows if row.error is None]
     summary = [
-        ("Crafter score", f"{result.crafter_score:.1f}",
-         f"95% CI {result.interval[0]:.1f} – {result.interval[1]:.1f} "
-         f"(bootstrap over episodes, {BOOTSTRAP_RESAMPLES} resamples)"),
-        ("Achievements per episode", f"{mean_achievements(episodes):.1f}",
-         f"of {len(ACHIEVEMENTS)}; median {statistics.median([len(e) for e in episodes]) if episodes else 0:g}"),
+        (
+            "Crafter score",
+            f"{result.crafter_score:.1f}",
+            f"95% CI {result.interval[0]:.1f} – {result.interval[1]:.1f} "
+            f"(bootstrap over episodes, {BOOTSTRAP_RESAMPLES} resamples)",
+        ),
+        (
+            "Achievements per episode",
+            f"{mean_achievements(episodes):.1f}",
+            f"of {len(ACHIEVEMENTS)}; median {statistics.median([len(e) for e in episodes]) if episodes else 0:g}",
+        ),
         ("Mean return", f"{statistics.fmean(returns) if returns else 0.0:.2f}", f"{len(episodes)} scored episode(s)"),
-    ]  # fmt: skip
+    ]
     cards = "".join(
         f'<div class="card stat" id="stat-{index}"><div class="muted">{name}</div><div class="big">{value}</div>'
         f'<div class="muted small">{html.escape(note)}</div></div>'

@@ -55,8 +55,8 @@ class LMCall:
         value = self.usage.get("total_tokens")
         if isinstance(value, int | float):
             return int(value)
-        parts = (self.input_tokens, self.output_tokens)
-        return sum(parts) if all(part is not None for part in parts) else None  # type: ignore[misc]
+        prompt, completion = self.input_tokens, self.output_tokens
+        return prompt + completion if prompt is not None and completion is not None else None
 
 
 @dataclass(slots=True)

@@ -337,17 +337,25 @@ class InferenceClient:
                     ) from failure
                 logger.warning(
                     "inference attempt %d/%d to %s failed (%s); retrying in %.2fs",
-                    attempt, limits.max_attempts, target.host, failure, wait,
+                    attempt,
+                    limits.max_attempts,
+                    target.host,
+                    failure,
+                    wait,
                     extra={"run_id": run_id},
-                )  # fmt: skip
+                )
                 await anyio.sleep(wait)
                 continue
             finished = anyio.current_time()
             logger.debug(
                 "inference %s model=%s status=%d attempts=%d latency_ms=%.0f",
-                target.host, body.get("model"), status, attempt, (finished - start) * 1000,
+                target.host,
+                body.get("model"),
+                status,
+                attempt,
+                (finished - start) * 1000,
                 extra={"run_id": run_id},
-            )  # fmt: skip
+            )
             return ChatResult(
                 payload, status, attempt, started_at, datetime.now(UTC), (finished - start) * 1000, reason
             )
@@ -375,12 +383,15 @@ class InferenceClient:
         budget = limits.connect_timeout_s + limits.read_timeout_s
         try:
             answer = await post(
-                self.session, url, content, headers,
+                self.session,
+                url,
+                content,
+                headers,
                 connect_timeout_s=min(limits.connect_timeout_s, cap),
                 read_timeout_s=min(limits.read_timeout_s, cap),
                 total_timeout_s=budget if remaining is None else min(budget, remaining + DEADLINE_GRACE_S),
                 max_bytes=limits.max_response_bytes,
-            )  # fmt: skip
+            )
         except AnswerTooLarge as exc:
             raise PolicyError(f"the model's {exc}", code="inference_response_too_large") from exc
         except SendFailure as exc:

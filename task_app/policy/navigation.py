@@ -62,7 +62,8 @@ def _lookup(names: tuple[str, ...]) -> np.ndarray:
 
 def mask_of(semantic: np.ndarray, names: Iterable[str]) -> np.ndarray:
     """Boolean [x, y] mask of the tiles showing any of `names` (a table lookup: np.isin is slower)."""
-    return _lookup(tuple(names))[semantic]  # type: ignore[no-any-return]
+    mask: np.ndarray = _lookup(tuple(names))[semantic]
+    return mask
 
 
 def shifted(mask: np.ndarray, dx: int, dy: int) -> np.ndarray:

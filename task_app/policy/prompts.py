@@ -75,9 +75,10 @@ def system_prompt(max_actions: int = 8) -> str:
     furnace_stone = place["furnace"]["uses"].get("stone", 1)
     # Enough for the table and every tool, capped by the inventory limit.
     wood = min(_MAX_ITEM, place["table"]["uses"].get("wood", 0) + sum(r["uses"].get("wood", 0) for r in make.values()))
-    stone = min(_MAX_ITEM, furnace_stone + place["stone"]["uses"]["stone"] + sum(
-        r["uses"].get("stone", 0) for r in make.values()
-    ))  # fmt: skip
+    stone = min(
+        _MAX_ITEM,
+        furnace_stone + place["stone"]["uses"]["stone"] + sum(r["uses"].get("stone", 0) for r in make.values()),
+    )
     vanishing = [name for name, info in crafter.constants.collect.items() if info["leaves"] != name]
     sections = [
         "You are an expert player of Crafter, a 2D open-world survival game (a small Minecraft). "

@@ -406,9 +406,16 @@ class ScriptedPolicy:
         """Near our plant if we have one (it grows only while we are near); water in a wall is a plus."""
         near = self._garden.plant if self._garden is not None else None
         return find_shelter(
-            now.grid, now.semantic, now.dig, now.sites, reach=FAR, avoid=self._bad_entries,
-            wet_detour=WET_DETOUR, near=near, radius=PLANT_RANGE - 2,
-        )  # fmt: skip
+            now.grid,
+            now.semantic,
+            now.dig,
+            now.sites,
+            reach=FAR,
+            avoid=self._bad_entries,
+            wet_detour=WET_DETOUR,
+            near=near,
+            radius=PLANT_RANGE - 2,
+        )
 
     def _shelter_valid(self, now: Now, shelter: Shelter) -> bool:
         if now.position in (shelter.tile(1), shelter.tile(2)):

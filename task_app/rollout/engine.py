@@ -44,6 +44,7 @@ from .rewards import StepRewardShaper
 
 logger = logging.getLogger(__name__)
 
+
 class _Stop(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
@@ -60,7 +61,7 @@ class RolloutEngine:
         worlds: WorldFactory,
         *,
         control: RunControl | None = None,
-        offload: Offload[Any] = run_in_thread,
+        offload: Offload = run_in_thread,
         history_length: int = 5,
         unusable_limit: int = 3,
         deadline: float | None = None,

@@ -31,14 +31,27 @@ _STRATEGY_ALIASES: dict[str, Strategy] = {
 }
 VITALS = frozenset({"health", "food", "drink", "energy"})
 RESOURCE_WEIGHTS: dict[str, float] = {
-    "wood": 0.10, "sapling": 0.08, "stone": 0.15, "coal": 0.18, "iron": 0.22, "diamond": 0.05,
-    "wood_pickaxe": 0.40, "stone_pickaxe": 0.55, "iron_pickaxe": 0.75,
-    "wood_sword": 0.35, "stone_sword": 0.50, "iron_sword": 0.70,
-}  # fmt: skip
+    "wood": 0.10,
+    "sapling": 0.08,
+    "stone": 0.15,
+    "coal": 0.18,
+    "iron": 0.22,
+    "diamond": 0.05,
+    "wood_pickaxe": 0.40,
+    "stone_pickaxe": 0.55,
+    "iron_pickaxe": 0.75,
+    "wood_sword": 0.35,
+    "stone_sword": 0.50,
+    "iron_sword": 0.70,
+}
 COUNT_WEIGHTS: dict[str, float] = {
-    "collect_wood": 0.08, "collect_sapling": 0.06, "collect_stone": 0.10, "collect_coal": 0.12,
-    "collect_iron": 0.14, "collect_drink": 0.06,
-}  # fmt: skip
+    "collect_wood": 0.08,
+    "collect_sapling": 0.06,
+    "collect_stone": 0.10,
+    "collect_coal": 0.12,
+    "collect_iron": 0.14,
+    "collect_drink": 0.06,
+}
 DEFAULT_RESOURCE_WEIGHT = 0.05
 DEFAULT_COUNT_WEIGHT = 0.05
 
@@ -119,7 +132,7 @@ class StepRewardShaper:
                 self._credited[name] = prior + 1
         return base, components, credited
 
-    def _resources(self, outcome: DecisionOutcome, count_deltas: dict[str, int]) -> tuple[float, list[dict]]:
+    def _resources(self, outcome: DecisionOutcome, count_deltas: dict[str, int]) -> tuple[float, list[dict[str, Any]]]:
         total, components = 0.0, []
         inventory_deltas = _positive_deltas(outcome.inventory_before, outcome.inventory_after)
         for item, delta in inventory_deltas.items():

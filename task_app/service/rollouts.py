@@ -51,7 +51,7 @@ class RolloutService:
         registry: RunRegistry,
         policy_factory: PolicyFactory,
         recorder: TraceRecorder,
-        offload: Offload[Any],
+        offload: Offload,
     ) -> None:
         self.settings = settings
         self.worlds = worlds

@@ -22,9 +22,18 @@ DATASET = {
 }
 PROXY_ENDPOINTS = {"openai": "/proxy/v1/chat/completions", "groq": "/proxy/groq/v1/chat/completions"}
 OBSERVATION_KEYS = [
-    "inventory", "achievements_status", "achievements_counts", "player_position", "player_direction",
-    "semantic_map_patch7", "num_steps_taken", "max_steps_episode", "terminated", "truncated", "text",
-]  # fmt: skip
+    "inventory",
+    "achievements_status",
+    "achievements_counts",
+    "player_position",
+    "player_direction",
+    "semantic_map_patch7",
+    "num_steps_taken",
+    "max_steps_episode",
+    "terminated",
+    "truncated",
+    "text",
+]
 
 
 class TraitsCache:

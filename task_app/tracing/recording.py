@@ -60,7 +60,7 @@ class RolloutRows:
 
 
 class TraceRecorder:
-    def __init__(self, settings: Settings, offload: Offload[Any]) -> None:
+    def __init__(self, settings: Settings, offload: Offload) -> None:
         self.offload = offload
         self.store = (
             TraceStore(settings.traces_db, settings.trace_queue_size, cache_mb=settings.traces_cache_mb)

@@ -103,19 +103,32 @@ def _event_row(session_id: str, step: str, event: Mapping[str, Any], texts: Text
     event_time = time_record.get("event_time")
     is_lm = "call_records" in event
     return (
-        session_id, session_id, step,
+        session_id,
+        session_id,
+        step,
         CAIS if is_lm else ENVIRONMENT,
-        event.get("system_instance_id"), event_time, time_record.get("message_time"), _when(event_time),
-        event.get("model_name"), event.get("provider"),
-        event.get("input_tokens"), event.get("output_tokens"), event.get("total_tokens"),
-        _cents(event.get("cost_usd")), event.get("latency_ms"), event.get("span_id"), event.get("trace_id"),
+        event.get("system_instance_id"),
+        event_time,
+        time_record.get("message_time"),
+        _when(event_time),
+        event.get("model_name"),
+        event.get("provider"),
+        event.get("input_tokens"),
+        event.get("output_tokens"),
+        event.get("total_tokens"),
+        _cents(event.get("cost_usd")),
+        event.get("latency_ms"),
+        event.get("span_id"),
+        event.get("trace_id"),
         _json(texts.call_records(step, event.get("call_records"))) if is_lm else None,
         None if is_lm else event.get("reward"),
         None if is_lm else event.get("terminated"),
         None if is_lm else event.get("truncated"),
-        _json(event.get("system_state_before")), _json(event.get("system_state_after")),
-        _json(event.get("metadata")), _json(event.get("event_metadata")),
-    )  # fmt: skip
+        _json(event.get("system_state_before")),
+        _json(event.get("system_state_after")),
+        _json(event.get("metadata")),
+        _json(event.get("event_metadata")),
+    )
 
 
 def _message_row(session_id: str, step: str, message: Mapping[str, Any], texts: TextIndex) -> Row:
@@ -126,9 +139,16 @@ def _message_row(session_id: str, step: str, message: Mapping[str, Any], texts: 
     if content.get("json_payload"):
         body = texts.message_body(step, message.get("message_type"), body, content.get("text"))
     return (
-        session_id, session_id, step, message.get("message_type"), body, _when(event_time), event_time,
-        time_record.get("message_time"), _json(message.get("metadata")),
-    )  # fmt: skip
+        session_id,
+        session_id,
+        step,
+        message.get("message_type"),
+        body,
+        _when(event_time),
+        event_time,
+        time_record.get("message_time"),
+        _json(message.get("metadata")),
+    )
 
 
 class SessionRowsBuilder:
@@ -152,18 +172,36 @@ class SessionRowsBuilder:
         events, messages = step.get("events") or [], step.get("markov_blanket_messages") or []
         step_metadata = dict(step.get("step_metadata") or {})
         rows.timesteps.append(
-            (session_id, sid, step["step_index"], step.get("turn_number"), step.get("timestamp"),
-             step.get("completed_at"), len(events), len(messages), _json(step_metadata))
-        )  # fmt: skip
+            (
+                session_id,
+                sid,
+                step["step_index"],
+                step.get("turn_number"),
+                step.get("timestamp"),
+                step.get("completed_at"),
+                len(events),
+                len(messages),
+                _json(step_metadata),
+            )
+        )
         # Messages first: the step's call record refers to the texts of its messages.
         rows.messages.extend(_message_row(session_id, sid, message, texts) for message in messages)
         rows.events.extend(_event_row(session_id, sid, event, texts) for event in events)
         for reward in step_metadata.get("event_rewards") or []:
             rows.event_rewards.append(
-                (session_id, sid, session_id, reward.get("turn_number"), reward["reward_value"],
-                 reward.get("reward_type"), reward.get("key"), _json(reward.get("annotation")),
-                 reward.get("source"), reward.get("created_at") or step.get("completed_at"))
-            )  # fmt: skip
+                (
+                    session_id,
+                    sid,
+                    session_id,
+                    reward.get("turn_number"),
+                    reward["reward_value"],
+                    reward.get("reward_type"),
+                    reward.get("key"),
+                    _json(reward.get("annotation")),
+                    reward.get("source"),
+                    reward.get("created_at") or step.get("completed_at"),
+                )
+            )
         self._steps += 1
         self._events += len(events)
         self._messages += len(messages)
@@ -174,15 +212,23 @@ class SessionRowsBuilder:
         session_id, rows = self.session_id, self._rows
         metadata = dict(header.get("metadata") or {})
         rows.session = (
-            session_id, header["created_at"], self._steps, self._events, self._messages, _json(metadata),
-        )  # fmt: skip
+            session_id,
+            header["created_at"],
+            self._steps,
+            self._events,
+            self._messages,
+            _json(metadata),
+        )
         outcome = metadata.get("outcome_reward")
         if isinstance(outcome, Mapping):
             rows.outcome = (
-                session_id, float(outcome.get("total_reward") or 0.0), int(outcome.get("achievements_count") or 0),
-                int(outcome.get("total_steps") or self._steps), header.get("created_at"),
+                session_id,
+                float(outcome.get("total_reward") or 0.0),
+                int(outcome.get("achievements_count") or 0),
+                int(outcome.get("total_steps") or self._steps),
+                header.get("created_at"),
                 _json(header.get("session_metadata")),
-            )  # fmt: skip
+            )
         return rows
 
 
@@ -218,11 +264,16 @@ def event_from_row(row: Mapping[str, Any], texts: TextResolver | None = None) ->
     if row["event_type"] == CAIS:
         cost = row["cost_usd"]
         event.update(
-            model_name=row["model_name"], provider=row["provider"], input_tokens=row["input_tokens"],
-            output_tokens=row["output_tokens"], total_tokens=row["total_tokens"],
-            cost_usd=cost / 100 if cost is not None else None, latency_ms=row["latency_ms"],
-            span_id=row["span_id"], trace_id=row["trace_id"],
-        )  # fmt: skip
+            model_name=row["model_name"],
+            provider=row["provider"],
+            input_tokens=row["input_tokens"],
+            output_tokens=row["output_tokens"],
+            total_tokens=row["total_tokens"],
+            cost_usd=cost / 100 if cost is not None else None,
+            latency_ms=row["latency_ms"],
+            span_id=row["span_id"],
+            trace_id=row["trace_id"],
+        )
     else:
         event.update(
             reward=row["reward"],

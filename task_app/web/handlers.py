@@ -1,9 +1,9 @@
 """The app's one error model: every exception becomes the JSON error body of CONTRACT.md §1.
 
-    TaskAppError             its status and code (429 with Retry-After)
-    RequestValidationError   422 invalid_request (never echoing the input), or 400 invalid_json
-    HTTPException            its status (404, 405 with every allowed method, 413, ...)
-    anything else            500 internal_error, logged with its traceback
+TaskAppError             its status and code (429 with Retry-After)
+RequestValidationError   422 invalid_request (never echoing the input), or 400 invalid_json
+HTTPException            its status (404, 405 with every allowed method, 413, ...)
+anything else            500 internal_error, logged with its traceback
 """
 
 from __future__ import annotations

@@ -9,21 +9,13 @@ response of every route to these declarations. `allowed_methods` makes a 405's `
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
+from fastapi.routing import iter_route_contexts
 from starlette.requests import Request
-from starlette.routing import BaseRoute, Match
+from starlette.routing import Match
 
 from ..core.contracts import ErrorResponse
-
-try:  # FastAPI >= 0.130 keeps included routers as such; their routes are reached through contexts
-    from fastapi.routing import iter_route_contexts as _flat_routes
-except ImportError:  # pragma: no cover - older FastAPI: app.routes is already flat
-
-    def _flat_routes(routes: Iterable[Any]) -> Iterable[Any]:
-        return routes
-
 
 __all__ = ["BODY", "PROTECTED", "allowed_methods", "errors", "ok"]
 
@@ -83,8 +75,8 @@ def allowed_methods(request: Request) -> str:
     are separate routes here (one operation id each), so a 405 on `/` would say `Allow: HEAD`.
     """
     methods: set[str] = set()
-    routes: Iterable[BaseRoute] = _flat_routes(request.app.routes)
-    for route in routes:
+    for context in iter_route_contexts(request.app.routes):
+        route = context.route
         match, _ = route.matches(request.scope)
         if match is not Match.NONE:
             methods.update(getattr(route, "methods", None) or ())

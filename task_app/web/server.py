@@ -33,6 +33,7 @@ from .state import AppState
 
 logger = logging.getLogger(__name__)
 
+
 @contextmanager
 def _start_up_objects_frozen() -> Iterator[None]:
     """Move every object alive after start-up (modules, numba's compiled world generator: ~170k

@@ -28,5 +28,5 @@ class AppState:
     registry: RunRegistry
     recorder: TraceRecorder
     service: RolloutService
-    offload: Offload[object]
+    offload: Offload
     loop_lag: LoopLagProbe | None = None  # set when TASKAPP_LOOP_LAG_PROBE_S > 0

@@ -11,7 +11,7 @@ The routers that take a body use it: `APIRouter(route_class=StrictJSONRoute)`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import orjson
@@ -29,7 +29,7 @@ class StrictJSONRequest(Request):
 
 
 class StrictJSONRoute(APIRoute):
-    def get_route_handler(self) -> Callable[[Request], Awaitable[Response]]:
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def strict_handler(request: Request) -> Response:

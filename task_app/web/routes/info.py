@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -39,6 +40,6 @@ async def task_info(
     area, length = settings.area, settings.episode_length
     infos = []
     for value in requested:
-        traits = await state.offload(lambda value=value: state.traits.get(value, area, length))
+        traits = await state.offload(functools.partial(state.traits.get, value, area, length))
         infos.append(state.taskset.task_info(value, traits))
     return JSONBytes(infos[0] if len(infos) == 1 else infos)

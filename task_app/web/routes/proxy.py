@@ -79,9 +79,14 @@ async def _proxy(vendor: str, body: dict[str, Any], state: AppState) -> JSONByte
     synthesised = synthesise_tool_call(answer, settings.max_actions_per_decision)
     logger.info(
         "proxy %s model=%s messages=%d tools=%d status=%d latency_ms=%.0f synthesised=%s",
-        vendor, shaped.get("model"), len(shaped["messages"]), len(shaped.get("tools") or ()), status,
-        (anyio.current_time() - started) * 1000, synthesised,
-    )  # fmt: skip
+        vendor,
+        shaped.get("model"),
+        len(shaped["messages"]),
+        len(shaped.get("tools") or ()),
+        status,
+        (anyio.current_time() - started) * 1000,
+        synthesised,
+    )
     headers = {SYNTHESISED_HEADER: "interact_many"} if synthesised else None
     return JSONBytes(answer, status_code=status, headers=headers)
 
@@ -94,12 +99,15 @@ async def _send(
     headers = {**target.headers(), "Content-Type": "application/json"}
     try:
         answer = await post(
-            state.http, target.http_url or target.url, dumps_bytes(body, allow_nan=False), headers,
+            state.http,
+            target.http_url or target.url,
+            dumps_bytes(body, allow_nan=False),
+            headers,
             connect_timeout_s=settings.inference_connect_timeout_s,
             read_timeout_s=settings.inference_read_timeout_s,
             total_timeout_s=settings.inference_connect_timeout_s + settings.inference_read_timeout_s,
             max_bytes=settings.inference_max_response_bytes,
-        )  # fmt: skip
+        )
     except AnswerTooLarge as exc:
         raise UpstreamError(
             f"the {vendor} answer exceeded {exc.limit} bytes",

@@ -10,14 +10,13 @@ diverged from the trace (frames stop at the first difference).
 from __future__ import annotations
 
 import sqlite3
-from typing import cast
 
 from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
 from ...core.errors import NotConfigured, NotFound, TaskAppError
 from ...inspection.replay import ReplayError, run_from_trace
-from ...inspection.viewer import EpisodePage, build_episode_page
+from ...inspection.viewer import build_episode_page
 from ..deps import AuthDep, StateDep
 
 router = APIRouter(prefix="/runs", tags=["view"], dependencies=[AuthDep])
@@ -45,5 +44,5 @@ async def view_run(run_id: str, state: StateDep) -> HTMLResponse:
         run = run_from_trace(trace)
     except ReplayError as exc:
         raise NotReplayable(f"run {run_id!r} cannot be replayed: {exc}", run_id=run_id) from exc
-    page = cast(EpisodePage, await state.offload(lambda: build_episode_page(run, state.worlds)))
+    page = await state.offload(lambda: build_episode_page(run, state.worlds))
     return HTMLResponse(page.html)
