@@ -1,8 +1,9 @@
 """The Crafter task app on Modal: `modal deploy modal_app.py` (the README's deploy section: calling, tuning).
 
     image   debian_slim(3.11) ─ uv pip install <pyproject dependencies> ─ numba cache warmed at build
-            ─ env: the deploy knobs below + TASKAPP_RUBRICS_DIR, TASKAPP_MAX_TIME_S, TASKAPP_MAX_CONCURRENT_ROLLOUTS
-            ─ /root/task_app, /root/rubrics, /root/pyproject.toml (the same layout as the checkout)
+            ─ env: the deploy knobs below + TASKAPP_MAX_TIME_S, TASKAPP_MAX_CONCURRENT_ROLLOUTS
+            ─ /root/task_app: the package with its data (rubrics, page templates), as a wheel carries it
+            ─ /root/pyproject.toml (read again when Modal imports this module in the container)
     secrets <env secret> (ENVIRONMENT_API_KEY) + openai-api-key (OPENAI_API_KEY) + groq-api-key (GROQ_API_KEY)
     volume  /traces: one SQLite file per container, /traces/traces/<task id>.db
     class   CrafterTaskApp: @modal.concurrent; enter(snap=True) imports and JIT-compiles before the memory
@@ -48,12 +49,11 @@ logger = logging.getLogger("modal_app")
 
 ROOT = Path(__file__).resolve().parent
 REMOTE_ROOT = "/root"  # on PYTHONPATH in Modal containers, and where this file is mounted
-REMOTE_PACKAGE = f"{REMOTE_ROOT}/task_app"
-REMOTE_RUBRICS = f"{REMOTE_ROOT}/rubrics"  # = task_app.core.rubrics.default_rubrics_dir() in the image
+REMOTE_PACKAGE = f"{REMOTE_ROOT}/task_app"  # importable from /root, its package data read in place
 TRACES_MOUNT = "/traces"
 VOLUME_TRACES_DIR = Path(TRACES_MOUNT) / "traces"
 LIVE_TRACES_DIR = Path("/tmp/task-app-traces")  # the container's local disk
-# Local files that never go into the image.
+# Local files that never go into the image (of the package's files, only those a wheel carries do).
 IGNORE = [
     "**/__pycache__",
     "**/__pycache__/**",
@@ -165,7 +165,6 @@ class DeployConfig:
             TASKAPP_MAX_TIME_S=str(self.max_time_s),
             # Modal never sends a container more than max_inputs requests, so the app's own cap never 429s below it.
             TASKAPP_MAX_CONCURRENT_ROLLOUTS=str(self.max_inputs),
-            TASKAPP_RUBRICS_DIR=REMOTE_RUBRICS,
         )
         return env
 
@@ -190,10 +189,25 @@ def _text(value: Any) -> str:
 # --- the image, secrets, volume ------------------------------------------------------------------
 
 
+def _pyproject(path: Path) -> dict[str, Any]:
+    with path.open("rb") as handle:
+        return tomllib.load(handle)
+
+
 def python_dependencies(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
     """The project's runtime requirements, exactly as pinned in pyproject.toml."""
-    with pyproject.open("rb") as handle:
-        return list(tomllib.load(handle)["project"]["dependencies"])
+    return list(_pyproject(pyproject)["project"]["dependencies"])
+
+
+def package_ignore(pyproject: Path = ROOT / "pyproject.toml") -> Callable[[Path], bool]:
+    """What of task_app/ stays out of the image: clutter, and every file a wheel would not carry either.
+
+    A wheel carries the modules and the package data pyproject.toml declares (rubrics, page templates);
+    the image carries the same selection, so it runs from the same files as a regular install.
+    """
+    package_data = _pyproject(pyproject)["tool"]["setuptools"]["package-data"]["task_app"]
+    clutter, carried = modal.FilePatternMatcher(*IGNORE), modal.FilePatternMatcher("**/*.py", *package_data)
+    return lambda path: clutter(path) or not carried(path)
 
 
 def build_image(config: DeployConfig, root: Path = ROOT) -> modal.Image:
@@ -202,8 +216,7 @@ def build_image(config: DeployConfig, root: Path = ROOT) -> modal.Image:
         .uv_pip_install(*python_dependencies(root / "pyproject.toml"))
         .run_commands(WARM_NUMBA_CACHE)
         .env(config.image_env())
-        .add_local_dir(root / "task_app", REMOTE_PACKAGE, ignore=IGNORE)
-        .add_local_dir(root / "rubrics", REMOTE_RUBRICS, ignore=IGNORE)
+        .add_local_dir(root / "task_app", REMOTE_PACKAGE, ignore=package_ignore(root / "pyproject.toml"))
         .add_local_file(root / "pyproject.toml", f"{REMOTE_ROOT}/pyproject.toml")
     )
 

@@ -61,6 +61,15 @@ def _import_modal_app(name: str = "modal_app") -> Any:
 
 modal_app = _import_modal_app()
 README = ROOT / "README.md"
+# What a wheel of the package carries (CI installs one and runs the demo): its modules and its package data.
+PACKAGE_DATA_DIRS = ("task_app/data/rubrics", "task_app/inspection/templates")
+PACKAGE_FILES = sorted(
+    str(path.relative_to(ROOT))
+    for path in [
+        *(ROOT / "task_app").rglob("*.py"),
+        *(path for folder in PACKAGE_DATA_DIRS for path in (ROOT / folder).iterdir()),
+    ]
+)
 
 
 def deploy_section() -> str:
@@ -265,7 +274,7 @@ def test_documented_defaults_are_the_deployed_ones() -> None:
     text = deploy_section()
     for needle in (
         "/root/task_app",
-        "/root/rubrics",
+        "task_app/data/rubrics",
         "/traces",
         "follow_redirects",
         "X-API-Key",
@@ -335,7 +344,7 @@ def test_the_image_environment_reproduces_the_config_in_the_container() -> None:
         config = modal_app.DeployConfig.from_environ(environ)
         assert modal_app.DeployConfig.from_environ(config.image_env()) == config
     env = modal_app.CONFIG.image_env()
-    assert env["TASKAPP_RUBRICS_DIR"] == modal_app.REMOTE_RUBRICS == "/root/rubrics"
+    assert "TASKAPP_RUBRICS_DIR" not in env  # the app reads the rubrics its package carries
     assert env["TASKAPP_MAX_TIME_S"] == "3600"
     assert env["TASKAPP_MAX_CONCURRENT_ROLLOUTS"] == "64"
 
@@ -354,20 +363,22 @@ def test_image_build_steps_and_added_folders() -> None:
     assert any(modal_app.WARM_NUMBA_CACHE in command for layer in commands for command in layer)
     assert image_env(layers) == modal_app.CONFIG.image_env()
     files = uploads(layers)
-    package = {str(path.relative_to(ROOT)) for path in (ROOT / "task_app").rglob("*.py")}
-    assert {str(files[remote].relative_to(ROOT)) for remote in files if remote.startswith("/root/task_app/")} == package
-    rubrics = {remote for remote in files if remote.startswith("/root/rubrics/")}
-    assert rubrics == {f"/root/rubrics/{name}" for name in RUBRIC_FILES.values()}
-    assert files["/root/pyproject.toml"] == ROOT / "pyproject.toml"
-    assert not [remote for remote in files if re.search(r"__pycache__|\.pyc$|\.db|/\.env", remote)]
+    assert sorted(files) == sorted(["/root/pyproject.toml", *(f"/root/{name}" for name in PACKAGE_FILES)])
+    assert all(files[remote] == ROOT / PurePosixPath(remote).relative_to("/root") for remote in files)
     # The local files are the last layers (build steps after them would rebuild on every code change).
-    assert all("files" in layer for layer in layers[-3:]) and all("files" not in layer for layer in layers[:-3])
+    assert all("files" in layer for layer in layers[-2:]) and all("files" not in layer for layer in layers[:-2])
 
 
 def test_image_leaves_out_local_clutter(tmp_path: Path) -> None:
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    keep = ["task_app/__init__.py", "task_app/sub/module.py", "task_app/data.json", "rubrics/a.json"]
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\ndependencies = ["crafter"]\n\n[tool.setuptools.package-data]\ntask_app = ["data/*.json"]\n'
+    )
+    keep = ["task_app/__init__.py", "task_app/sub/module.py", "task_app/data/a.json"]
     clutter = [
+        "task_app/notes.md",  # not package data: a wheel would not carry it either
+        "task_app/data/b.txt",
+        "task_app/data/deeper/c.json",
+        "rubrics/a.json",
         "task_app/.env",
         "task_app/.env.local",
         "task_app/__pycache__/x.cpython-311.pyc",
@@ -379,10 +390,8 @@ def test_image_leaves_out_local_clutter(tmp_path: Path) -> None:
         "task_app/.mypy_cache/m.json",
         "task_app/.pytest_cache/v",
         "task_app/.git/HEAD",
-        "rubrics/.env",
-        "rubrics/old.db",
-        "rubrics/__pycache__/r.pyc",
-        "rubrics/.ruff_cache/x",
+        "task_app/data/.env",
+        "task_app/data/old.db",
     ]
     for name in keep + clutter:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -402,17 +411,29 @@ def _materialise(layers: list[dict[str, Any]], root: Path) -> Path:
 
 
 PROBE = """
-import json, sys
-import modal_app, task_app.core.rubrics as rubrics
+import asyncio, json, sys
 from dataclasses import asdict
+from pathlib import Path
+import httpx
+import modal_app
+from task_app.core import rubrics
 from task_app.core.settings import Settings
+from task_app.inspection.viewer import read_template
+
+async def served_info(app):
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as client:
+            return (await client.get("/info", headers={"X-API-Key": sys.argv[2]})).json()
+
+modal_app.LIVE_TRACES_DIR = Path(sys.argv[1]) / "local-disk"
+modal_app.VOLUME_TRACES_DIR = Path(sys.argv[1]) / "volume"
 settings = Settings()
-loaded = rubrics.load_rubrics(settings.rubrics_dir)
 print(json.dumps({
     "package": rubrics.__file__,
-    "default_dir": str(rubrics.packaged_rubrics()),
-    "settings_dir": str(settings.rubrics_dir),
-    "same": loaded == rubrics.load_rubrics(None),
+    "rubrics_dir": None if settings.rubrics_dir is None else str(settings.rubrics_dir),
+    "packaged_rubrics": str(rubrics.packaged_rubrics()),
+    "served_rubrics": asyncio.run(served_info(modal_app.build_app()))["rubrics"],
+    "templates": {name: read_template(name) for name in json.loads(sys.argv[3])},
     "config": asdict(modal_app.CONFIG),
     "secrets": [repr(secret) for secret in modal_app.build_secrets(modal_app.CONFIG)],
     "max_time_s": settings.max_time_s,
@@ -420,16 +441,15 @@ print(json.dumps({
 """
 
 
-def test_the_container_layout_resolves_rubrics_and_config_as_deployed(tmp_path: Path) -> None:
-    """Import modal_app and task_app from the image's file layout, with the image's environment."""
-    image_root = _materialise(image_layers(modal_app.image), tmp_path)
+def test_the_container_layout_starts_the_app_on_its_package_data(tmp_path: Path) -> None:
+    """Import modal_app and task_app from the image's files alone, with the image's environment, and start the app."""
+    image_root = _materialise(image_layers(modal_app.image), tmp_path / "image")
     env = {key: value for key, value in os.environ.items() if not key.startswith(("TASKAPP_", "MODAL_"))}
-    env.update(modal_app.CONFIG.image_env())
-    # The image's absolute /root is this test's image_root.
-    env["TASKAPP_RUBRICS_DIR"] = str(image_root / PurePosixPath(env["TASKAPP_RUBRICS_DIR"]).relative_to("/root"))
-    env["PYTHONPATH"] = str(image_root)
+    env.update(modal_app.CONFIG.image_env(), PYTHONPATH=str(image_root), ENVIRONMENT_API_KEY=TEST_KEY)
+    env["TASKAPP_WARM_UP"] = "false"  # the container warms up in @modal.enter; not needed to read the data
+    templates = sorted(path.name for path in (ROOT / "task_app" / "inspection" / "templates").iterdir())
     result = subprocess.run(
-        [sys.executable, "-W", "error", "-c", PROBE],
+        [sys.executable, "-W", "error", "-c", PROBE, str(tmp_path), TEST_KEY, json.dumps(templates)],
         cwd=image_root,
         env=env,
         capture_output=True,
@@ -438,9 +458,16 @@ def test_the_container_layout_resolves_rubrics_and_config_as_deployed(tmp_path: 
     )
     assert result.returncode == 0, result.stderr
     probe = json.loads(result.stdout.strip().splitlines()[-1])
-    assert probe["package"] == str(image_root / "task_app" / "core" / "rubrics.py")
-    assert probe["default_dir"] == probe["settings_dir"] == str(image_root / "rubrics")
-    assert probe["same"] is True
+    assert probe["package"] == str(image_root / "task_app" / "core" / "rubrics.py")  # not the checkout's
+    assert probe["rubrics_dir"] is None
+    assert probe["packaged_rubrics"] == str(image_root / "task_app" / "data" / "rubrics")
+    assert probe["served_rubrics"] == {
+        kind: json.loads((ROOT / "task_app" / "data" / "rubrics" / name).read_text())
+        for kind, name in RUBRIC_FILES.items()
+    }
+    assert templates and probe["templates"] == {
+        name: (ROOT / "task_app" / "inspection" / "templates" / name).read_text() for name in templates
+    }
     assert probe["config"] == asdict(modal_app.CONFIG)
     assert probe["secrets"] == [repr(secret) for secret in modal_app.build_secrets(modal_app.CONFIG)]
     assert probe["max_time_s"] == modal_app.CONFIG.max_time_s
@@ -458,7 +485,7 @@ def test_factory_app_serves_a_rollout_with_image_rubrics_and_synced_traces(
     monkeypatch.setattr(modal_app, "VOLUME_TRACES_DIR", volume)
     for key, value in modal_app.CONFIG.image_env().items():
         monkeypatch.setenv(key, value)
-    monkeypatch.setenv("TASKAPP_RUBRICS_DIR", str(image_root / "rubrics"))
+    monkeypatch.delenv("TASKAPP_RUBRICS_DIR", raising=False)  # as in the image: the packaged rubrics
     # The secrets, as Modal would inject them, and a fake OpenAI.
     monkeypatch.setenv("ENVIRONMENT_API_KEY", TEST_KEY)
     monkeypatch.setenv("OPENAI_API_KEY", OPENAI_KEY)
@@ -481,14 +508,16 @@ def test_factory_app_serves_a_rollout_with_image_rubrics_and_synced_traces(
     ):
         assert client.get("/health").json()["healthy"] is True
         info = client.get("/info").json()
-        for kind, name in RUBRIC_FILES.items():
-            assert info["rubrics"][kind] == json.loads((image_root / "rubrics" / name).read_text())
+        for kind, name in RUBRIC_FILES.items():  # the files the image carries in its package
+            assert info["rubrics"][kind] == json.loads(
+                (image_root / "task_app" / "data" / "rubrics" / name).read_text()
+            )
         response = client.post("/rollout", json=request)
         assert response.status_code == 200, response.text
         assert_no_key_material(response.text, (TEST_KEY, OPENAI_KEY))
         assert response.json()["trajectories"][0]["length"] == 4
         assert client.post("/rollout", json={**request, "run_id": "modal-local-2"}).status_code == 200
-        settings = web_app.state.task_app.core.settings
+        settings = web_app.state.task_app.settings
         assert settings.traces_db == tmp_path / "local-disk" / "ta-01OFFLINE_test.db"
         assert settings.max_concurrent_rollouts == modal_app.CONFIG.max_inputs
     assert [record.headers["authorization"] for record in fake_model.requests] == [f"Bearer {OPENAI_KEY}"] * 8

@@ -1,9 +1,9 @@
 """The two rubrics this task advertises, loaded read-only and validated.
 
-They ship inside the package (`task_app/data/rubrics`, a link to the project's top-level `rubrics/`
-that the wheel carries as files), read through `importlib.resources` so an installed wheel, an image
-and a checkout read the same two files; `TASKAPP_RUBRICS_DIR` points elsewhere. A broken rubric stops
-start-up with a message naming the file and the field.
+They are package data (`task_app/data/rubrics/`, the one copy; the project's top-level `rubrics/` is a
+link to it), read through `importlib.resources`, so a checkout, an installed wheel and the Modal image
+read the same two files; `TASKAPP_RUBRICS_DIR` points elsewhere. A broken rubric stops start-up with a
+message naming the file and the field.
 """
 
 from __future__ import annotations

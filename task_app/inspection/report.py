@@ -6,6 +6,8 @@ episode viewer page per rollout next to it.
         model tokens and latency per decision, a table of episodes linking to
     ──► episodes/<run id>.html: the viewer, replayed from the response itself
 
+The page's markup and styles are package data (`templates/report.html`, `templates/base.css`).
+
 The episode pages are built from the rollout responses, not from a trace database: `eval` may talk to
 a remote task app whose database is out of reach. A response that carries a structured trace
 (`record.return_trace` with `trace_format: "structured"`, see `request_with_trace`) replays with the
@@ -31,7 +33,7 @@ from typing import Any
 from ..game import ACHIEVEMENTS, WorldFactory
 from .replay import ReplayError, run_from_response
 from .scoring import EpisodeRow, crafter_score, mean_achievements, success_rates
-from .viewer import BASE_CSS, FRAME_SIZE, build_episode_page, fill, page_name
+from .viewer import FRAME_SIZE, build_episode_page, fill, page_name, read_template
 
 BOOTSTRAP_RESAMPLES = 1000
 BOOTSTRAP_SEED = 0
@@ -318,7 +320,7 @@ def write_report(
     )
     replacements = {
         "__TITLE__": html.escape(title),
-        "__BASE_CSS__": BASE_CSS,
+        "__BASE_CSS__": read_template("base.css"),
         "__META__": _describe(rows),
         "__CARDS__": cards,
         "__RATES__": _rates_section(episodes),
@@ -327,49 +329,5 @@ def write_report(
         "__CALLS__": _calls_section(rows),
         "__EPISODES__": _episodes_table(rows, links, result.replay_problems),
     }
-    path.write_text(fill(_TEMPLATE, replacements), encoding="utf-8")
+    path.write_text(fill(read_template("report.html"), replacements), encoding="utf-8")
     return result
-
-
-_TEMPLATE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>__TITLE__</title>
-<style>__BASE_CSS__
-main { padding: 8px 20px 24px; display: grid; gap: 14px; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); }
-.wide { grid-column: 1 / -1; }
-.stats { display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); gap: 14px; }
-.stat .big { font-size: 28px; font-weight: 700; }
-.small { font-size: 12px; }
-.rate { display: grid; grid-template-columns: 150px 1fr 92px; gap: 8px; align-items: center; margin: 2px 0; }
-.rate .label { font-size: 12px; white-space: nowrap; overflow: hidden; text-overflow: ellipsis; }
-.rate .value { font-size: 12px; text-align: right; white-space: nowrap; }
-.track { background: #eef0f3; border-radius: 4px; height: 14px; overflow: hidden; }
-.rate-bar, .episode-bar { display: block; height: 100%; border-radius: 4px; }
-.rate-bar { background: #3e63dd; }
-.episode-bar { background: #46a758; }
-#histogram .hist-bar { fill: #46a758; }
-#histogram text { font-size: 11px; text-anchor: middle; fill: #6b7280; }
-#histogram text.n { fill: #1c2024; font-weight: 600; }
-table { border-collapse: collapse; width: 100%; font-size: 13px; }
-th, td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line); vertical-align: top; }
-th { color: var(--muted); font-weight: 600; }
-td a { white-space: nowrap; }
-.good { color: #18794e; } .bad { color: #b4232a; }
-@media (max-width: 900px) { main, .stats { grid-template-columns: 1fr; } }
-</style></head>
-<body>
-<header><h1>__TITLE__</h1><div class="meta">__META__</div></header>
-<main>
-  <section class="stats wide">__CARDS__</section>
-  <section class="card"><h2>Success rate per achievement</h2>__RATES__</section>
-  <section class="card">
-    <h2>Achievements per episode</h2>__HISTOGRAM__
-    <p class="muted small">episodes by number of achievements unlocked; per episode (links open the viewer):</p>
-    __PER_EPISODE__
-    <h2 style="margin-top: 14px">Model calls per decision</h2>__CALLS__
-  </section>
-  <section class="card wide"><h2>Episodes</h2>__EPISODES__</section>
-</main>
-</body></html>
-"""

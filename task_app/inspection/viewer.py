@@ -9,9 +9,10 @@ the death, the truncation, or the end of the rollout). Frames are rendered at `F
 tile, crafter's own texture size) and shown at `DISPLAY_SIZE` px with pixelated scaling: the same picture
 as a 288 px render at a quarter of the bytes (night frames are noisy and compress badly).
 
-Nothing here touches the network or the file system; `viewer_cli.py`, `report.py` and `routes/view.py`
-decide where the page goes. Every recorded string reaches the page as JSON data or escaped text, never
-as markup.
+The page's markup, styles and script are package data (`templates/viewer.html`, `templates/base.css`),
+filled in by marker. Nothing here touches the network or writes a file; `cli/view.py`, `report.py` and
+`web/routes/view.py` decide where the page goes. Every recorded string reaches the page as JSON data or
+escaped text, never as markup.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 from typing import Any
 
 from ..game import WorldFactory
@@ -277,7 +280,7 @@ def render_page(run: RecordedRun, outcome: ReplayOutcome) -> str:
     data = {"run_id": run.run_id, "frames": frames.items, "positions": points}
     replacements = {
         "__TITLE__": html.escape(f"Episode viewer · {run.run_id}"),
-        "__BASE_CSS__": BASE_CSS,
+        "__BASE_CSS__": read_template("base.css"),
         "__RUN_ID__": html.escape(run.run_id),
         "__HEADER__": _header(run),
         "__STATUS_CLASS__": status_class,
@@ -289,217 +292,16 @@ def render_page(run: RecordedRun, outcome: ReplayOutcome) -> str:
         "__CHART_W__": str(CHART_WIDTH),
         "__DATA__": _json_for_script(data),
     }
-    return fill(_TEMPLATE, replacements)
+    return fill(read_template("viewer.html"), replacements)
+
+
+@cache
+def read_template(name: str) -> str:
+    """A file of `inspection/templates/` (package data: the pages' HTML, CSS and script), read once."""
+    return (resources.files("task_app.inspection") / "templates" / name).read_text(encoding="utf-8")
 
 
 def fill(template: str, replacements: dict[str, str]) -> str:
     """`template` with every marker replaced in one pass (inserted text is never scanned for markers)."""
     pattern = "|".join(re.escape(marker) for marker in replacements)
     return re.sub(pattern, lambda match: replacements[match.group(0)], template)
-
-
-BASE_CSS = """
-:root { --bg: #f6f7f9; --card: #fff; --ink: #1c2024; --muted: #6b7280; --line: #e2e5ea; --accent: #3e63dd; }
-* { box-sizing: border-box; }
-body { margin: 0; font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif;
-       background: var(--bg); color: var(--ink); }
-header { padding: 14px 20px 8px; }
-h1 { font-size: 18px; margin: 0 0 4px; word-break: break-all; }
-h2 { font-size: 13px; text-transform: uppercase; letter-spacing: .04em; color: var(--muted); margin: 0 0 6px; }
-.meta { color: var(--muted); }
-.card { background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 12px; }
-.muted { color: var(--muted); }
-.status { margin: 8px 20px; padding: 8px 12px; border-radius: 8px; }
-.status.ok { background: #e9f6ec; color: #18794e; }
-.status.bad { background: #fdecec; color: #b4232a; }
-.status pre { color: var(--ink); background: #fff; padding: 6px; border-radius: 6px; overflow: auto; }
-pre { margin: 0; white-space: pre-wrap; word-break: break-word;
-      font: 12px/1.35 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
-a { color: var(--accent); }
-"""
-
-_TEMPLATE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>__TITLE__</title>
-<style>__BASE_CSS__
-main { display: grid; grid-template-columns: auto 1fr; gap: 16px; padding: 8px 20px 20px; align-items: start; }
-#frame-box { width: calc(__DISPLAY__px + 26px); position: sticky; top: 8px; }
-#frame, #noframe { width: __DISPLAY__px; height: __DISPLAY__px; border-radius: 4px; }
-#frame { image-rendering: pixelated; display: block; background: #222; }
-#noframe { display: none; align-items: center; justify-content: center; text-align: center; padding: 20px;
-           background: #ddd; color: var(--muted); }
-.controls { display: flex; gap: 6px; align-items: center; margin-top: 10px; }
-.controls button { font: inherit; padding: 3px 10px; border: 1px solid var(--line); background: #fff;
-                   border-radius: 6px; cursor: pointer; }
-.controls button:hover { border-color: var(--accent); }
-#slider { width: 100%; margin-top: 8px; }
-#counter { font-weight: 600; margin-top: 6px; }
-#kind { color: var(--muted); min-height: 2.9em; }
-.panels { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 12px; }
-.wide { grid-column: 1 / -1; }
-#obs { max-height: 440px; overflow: auto; }
-.kv { display: grid; grid-template-columns: max-content 1fr; gap: 4px 10px; margin: 0; }
-.kv dt { color: var(--muted); }
-.kv dd { margin: 0; word-break: break-word; }
-.chip { display: inline-block; padding: 0 6px; margin: 1px; border-radius: 10px; font-size: 12px;
-        background: #eef1fd; color: #2c46b5; }
-.chip.new { background: #fff4d6; color: #8a5a00; font-weight: 600; }
-#vitals .plot { fill: #fafbfc; stroke: var(--line); }
-#vitals .reset { stroke: #9aa0a6; stroke-dasharray: 3 3; }
-#vitals .unlock { fill: #f5a524; }
-#vitals .legend { font-size: 11px; font-weight: 600; }
-#vitals .axis { fill: var(--muted); font-weight: 400; }
-#vitals .dot { fill: #f5a524; }
-#vitals-cursor { stroke: var(--ink); stroke-width: 1.5; }
-#timeline { margin: 0; padding-left: 22px; columns: 2; }
-#timeline button { font: inherit; border: 0; background: none; color: var(--accent); cursor: pointer;
-                   padding: 1px 0; text-align: left; }
-@media (max-width: 900px) { main, .panels { grid-template-columns: 1fr; } #frame-box { position: static; } }
-</style></head>
-<body>
-<header><h1>Episode viewer · __RUN_ID__</h1><div class="meta">__HEADER__</div></header>
-<div id="status" class="status __STATUS_CLASS__">__STATUS__</div>
-<main>
-  <section class="card" id="frame-box">
-    <img id="frame" alt="game frame"><div id="noframe">no frame: the replay did not reach this point</div>
-    <div id="counter"></div><div id="kind"></div>
-    <input id="slider" type="range" min="0" value="0" aria-label="position">
-    <div class="controls">
-      <button id="first" type="button" title="first">|◀</button>
-      <button id="prev" type="button" title="previous (←)">◀</button>
-      <button id="play" type="button" title="play / pause (space)">▶ play</button>
-      <button id="next" type="button" title="next (→)">▶</button>
-      <button id="last" type="button" title="last">▶|</button>
-      <select id="speed" aria-label="speed"><option value="2">2/s</option><option value="5" selected>5/s</option>
-        <option value="10">10/s</option><option value="25">25/s</option></select>
-    </div>
-  </section>
-  <section class="panels">
-    <div class="card"><h2>Observation</h2><pre id="obs"></pre></div>
-    <div class="card">
-      <h2 id="decision-title">Decision</h2>
-      <dl class="kv">
-        <dt>source</dt><dd id="source"></dd>
-        <dt>message</dt><dd><pre id="message"></pre></dd>
-        <dt>tool call</dt><dd><pre id="toolcall"></pre></dd>
-        <dt>executed</dt><dd id="actions"></dd>
-        <dt>rejected</dt><dd id="rejected"></dd>
-        <dt>reward</dt><dd id="reward"></dd>
-        <dt>unlocked</dt><dd id="unlocked"></dd>
-        <dt>model call</dt><dd id="call"></dd>
-        <dt>vitals</dt><dd id="vitals-now"></dd>
-        <dt>achievements</dt><dd id="achievements"></dd>
-      </dl>
-    </div>
-    <div class="card wide"><h2>Vitals over time</h2>__VITALS__</div>
-    <div class="card wide"><h2>Achievement timeline</h2>__TIMELINE__</div>
-  </section>
-</main>
-<script type="application/json" id="episode-data">__DATA__</script>
-<script>
-(function () {
-  "use strict";
-  var data = JSON.parse(document.getElementById("episode-data").textContent);
-  var points = data.positions, frames = data.frames;
-  var $ = function (id) { return document.getElementById(id); };
-  var slider = $("slider"), frame = $("frame"), noframe = $("noframe"), cursor = $("vitals-cursor");
-  var pos = 0, timer = null;
-  slider.max = Math.max(points.length - 1, 0);
-  function has(value) { return value !== null && value !== undefined && value !== ""; }
-  function text(id, value) { $(id).textContent = has(value) ? String(value) : "–"; }
-  function chips(id, names, cls) {
-    var box = $(id);
-    box.textContent = "";
-    if (!names || !names.length) { box.textContent = "–"; return; }
-    names.forEach(function (name) {
-      var chip = document.createElement("span");
-      chip.className = "chip" + (cls ? " " + cls : "");
-      chip.textContent = name;
-      box.appendChild(chip);
-      box.appendChild(document.createTextNode(" "));
-    });
-  }
-  function vitalsText(v) {
-    return v ? "health " + v.health + ", food " + v.food + ", drink " + v.drink + ", energy " + v.energy : null;
-  }
-  function callText(p) {
-    var parts = [];
-    if (has(p.latency_ms)) { parts.push(Math.round(p.latency_ms) + " ms"); }
-    if (has(p.tokens)) { parts.push(p.tokens); }
-    return parts.join(" · ");
-  }
-  function showFrame(p) {
-    if (has(p.frame)) {
-      frame.src = "data:image/png;base64," + frames[p.frame];
-      frame.style.display = "block";
-      noframe.style.display = "none";
-    } else {
-      frame.removeAttribute("src");
-      frame.style.display = "none";
-      noframe.style.display = "flex";
-    }
-    frame.dataset.pos = String(pos);
-  }
-  function show(i) {
-    if (!points.length) { text("counter", "no decisions recorded"); return; }
-    pos = Math.max(0, Math.min(points.length - 1, i));
-    var p = points[pos], d = p.kind === "decision";
-    slider.value = pos;
-    showFrame(p);
-    text("counter", (d ? "Decision " : "After decision ") + p.decision + " · " + (pos + 1) + "/" + points.length);
-    var where = "episode " + p.episode + (has(p.step) ? " · crafter step " + p.step : "");
-    text("kind", where + (d ? "" : " · " + p.title));
-    text("obs", p.obs);
-    text("decision-title", d ? "Decision " + p.decision : p.title);
-    text("source", d ? p.source + (p.model ? " (" + p.model + ")" : "") : null);
-    text("message", d ? (p.error ? "[" + p.error + "] " : "") + (p.message || "") : null);
-    text("toolcall", d ? p.tool_calls : null);
-    chips("actions", d ? p.actions : null);
-    chips("rejected", d ? p.rejected : null);
-    text("reward", d ? p.reward : null);
-    chips("unlocked", d ? p.unlocked : null, "new");
-    text("call", d ? callText(p) : null);
-    text("vitals-now", vitalsText(p.vitals));
-    chips("achievements", p.achievements);
-    if (cursor) {
-      var x = __PAD__ + (__CHART_W__ - 2 * __PAD__) * pos / Math.max(points.length - 1, 1);
-      cursor.setAttribute("x1", x);
-      cursor.setAttribute("x2", x);
-    }
-  }
-  function stop() {
-    if (timer) { clearInterval(timer); timer = null; }
-    $("play").textContent = "▶ play";
-  }
-  function play() {
-    if (timer) { stop(); return; }
-    if (pos >= points.length - 1) { show(0); }
-    $("play").textContent = "pause";
-    timer = setInterval(function () {
-      if (pos >= points.length - 1) { stop(); } else { show(pos + 1); }
-    }, 1000 / Number($("speed").value));
-  }
-  function go(target) { return function () { stop(); show(target()); }; }
-  slider.addEventListener("input", go(function () { return Number(slider.value); }));
-  $("first").addEventListener("click", go(function () { return 0; }));
-  $("prev").addEventListener("click", go(function () { return pos - 1; }));
-  $("next").addEventListener("click", go(function () { return pos + 1; }));
-  $("last").addEventListener("click", go(function () { return points.length - 1; }));
-  $("play").addEventListener("click", play);
-  $("speed").addEventListener("change", function () { if (timer) { stop(); play(); } });
-  document.querySelectorAll("#timeline button").forEach(function (button) {
-    button.addEventListener("click", go(function () { return Number(button.dataset.pos); }));
-  });
-  document.addEventListener("keydown", function (e) {
-    var tag = e.target && e.target.tagName;
-    if (tag === "INPUT" || tag === "SELECT" || (tag === "BUTTON" && e.key === " ")) { return; }
-    if (e.key === "ArrowRight") { stop(); show(pos + 1); e.preventDefault(); }
-    else if (e.key === "ArrowLeft") { stop(); show(pos - 1); e.preventDefault(); }
-    else if (e.key === " ") { play(); e.preventDefault(); }
-  });
-  show(0);
-})();
-</script>
-</body></html>
-"""
