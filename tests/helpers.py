@@ -15,7 +15,7 @@ from typing import Any
 
 from task_app.core.contracts import RolloutRequest
 from task_app.core.settings import Settings
-from task_app.game import TOOL_NAME, GameEnv, Observation
+from task_app.game import TOOL_NAME, VITALS, GameEnv, Observation
 from task_app.game.observation import nearest
 from task_app.policy.base import HistoryEntry, PolicyDecision, PolicyError
 from task_app.rollout.control import RunControl
@@ -79,7 +79,7 @@ def clear_around(env: GameEnv, radius: int, material: str = "grass") -> None:
 
 def keep_alive(env: GameEnv) -> None:
     """Refill the vitals so long random walks outlive hunger and thirst (applied identically to every run)."""
-    for vital in ("health", "food", "drink", "energy"):
+    for vital in VITALS:
         env.player.inventory[vital] = 9
 
 

@@ -110,7 +110,7 @@ def tamper(db: Path, decision: int, column: str, value: Any) -> None:
     """Change one stored value of a decision's environment event, as a corrupted or edited trace would."""
     with sqlite3.connect(db) as conn:
         changed = conn.execute(
-            f"UPDATE events SET {column} = ? WHERE event_type = 'environment' AND timestep_id = "  # noqa: S608 - fixed
+            f"UPDATE events SET {column} = ? WHERE event_type = 'environment' AND timestep_id = "
             "(SELECT id FROM session_timesteps WHERE session_id = 'deaths' AND step_index = ?)",
             (value, decision),
         ).rowcount

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .calls import call_record, content_text, dumps, iso, strip_images
+from ..policy.base import content_text
+from .calls import call_record, dumps, iso, strip_images
 from .compact import SYSTEM, system_body
 from .rewards import decision_rewards, event_rewards, outcome_reward
 
