@@ -73,7 +73,7 @@ def session_metadata(result: RolloutResult) -> dict[str, Any]:
         "mode": plan.mode,
         "model": plan.policy.model,
         "trace_correlation_id": plan.trace_correlation_id,
-        "stop_reason": result.stop_reason,
+        "stop_reason": result.stop_reason.value,
         "aborted": result.aborted,
         "outcome_reward": outcome_reward(result),
         "replay": replay_settings(result),
