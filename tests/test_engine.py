@@ -48,7 +48,7 @@ def details(body: dict[str, Any]) -> dict[str, Any]:
 
 def test_plain_rollout_response(worlds: WorldFactory) -> None:
     policy = ScriptedPolicy([["move_left", "move_left"], ["do"], [5, "jump"]])
-    result = run_rollout(make_plan(ops=["agent", "env"] * 3), policy, worlds)
+    result = run_rollout(make_plan(run_id="test-run", ops=["agent", "env"] * 3), policy, worlds)
     body = response_of(result)
     assert (body["run_id"], body["aborted"], body["ops_executed"]) == ("test-run", False, 6)
     assert body["trace_correlation_id"] == body["pipeline_metadata"]["trace_correlation_id"] == "trace_test-run"

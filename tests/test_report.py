@@ -12,10 +12,7 @@ from typing import Any
 
 import browser
 import pytest
-from helpers import make_plan, run_rollout
-from test_tracing_payload import MODEL, FakeLLMPolicy
-from test_tracing_payload import rollout as llm_rollout
-from test_viewer import EXTERNAL, page_data
+from helpers import EXTERNAL, MODEL, FakeLLMPolicy, llm_rollout, make_plan, page_data, run_rollout
 
 from task_app.game import ACHIEVEMENTS, Observation, WorldFactory
 from task_app.inspection.report import (
