@@ -18,6 +18,9 @@ import hashlib
 import json
 import random
 import re
+import selectors
+import subprocess
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -540,3 +543,22 @@ def page_data(page: str) -> dict[str, Any]:
     assert match is not None
     data: dict[str, Any] = json.loads(match.group(1))
     return data
+
+
+# --- child processes ----------------------------------------------------------------------------------
+
+
+def first_line(process: subprocess.Popen[str], timeout: float) -> str:
+    """The child's first line on stdout, or "" as soon as it exits without one or `timeout` passes: a
+    child that fails before printing fails the test at once (the caller shows its stderr), not at the
+    suite's 300 s timeout."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while (left := deadline - time.monotonic()) > 0:
+            if selector.select(min(left, 0.1)):
+                return process.stdout.readline()  # "" at end of file: the child closed stdout or exited
+            if process.poll() is not None:
+                return ""
+    return ""

@@ -24,7 +24,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -37,7 +36,7 @@ import httpx
 import pytest
 from conftest import SECRETS, TEST_KEY, AppServer, assert_no_key_material, wait_until
 from fake_model import FakeModel, delay, tool_call
-from helpers import request_body
+from helpers import first_line, request_body
 
 from task_app.core.contracts import RolloutResponse
 from task_app.tracing import TraceStore
@@ -123,17 +122,17 @@ def server_process(log_dir: Path, *, prefix: Sequence[str] = (), **settings: Any
     assert process.stdout is not None
     served = ServerProcess(process, "", log_path)
     try:
-        line = process.stdout.readline()
-        assert line, f"the server exited before printing its port: {log_path.read_text()[-2000:]}"
+        line = first_line(process, START_TIMEOUT_S)
+        assert line, f"the server did not print its port: {log_path.read_text()[-2000:]}"
         served.base_url = f"http://127.0.0.1:{json.loads(line)['port']}"
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
+
+        def ready() -> bool:
             assert process.poll() is None, f"the server exited: {log_path.read_text()[-2000:]}"
             with suppress(httpx.TransportError):
-                if httpx.get(served.base_url + "/health", timeout=2.0, trust_env=False).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "the server did not become ready"
-            time.sleep(0.02)  # polling interval
+                return httpx.get(served.base_url + "/health", timeout=2.0, trust_env=False).status_code == 200
+            return False
+
+        wait_until(ready, timeout=START_TIMEOUT_S, interval=0.02)
         yield served
     finally:
         served.stop()

@@ -250,19 +250,17 @@ def test_abort_while_the_policy_waits(worlds: WorldFactory) -> None:
     plan = make_plan(ops=["agent", "env"] * 5)
     policy, control = SlowPolicy(30.0), RunControl()
 
-    async def run() -> tuple[RolloutResult, float]:
+    async def run() -> RolloutResult:
         task = asyncio.create_task(RolloutEngine(plan, policy, worlds, control=control).run())
         await asyncio.wait_for(policy.waiting.wait(), 10)
-        start = perf_counter()
         control.abort()
-        result = await task
-        return result, perf_counter() - start
+        return await asyncio.wait_for(task, 10)  # a guard against a hang, not a measurement
 
-    result, elapsed = asyncio.run(run())
-    body = response_of(result)
-    assert elapsed < 0.5
+    body = response_of(asyncio.run(run()))
+    # The 30 s wait was cut, not waited out: the policy saw the cancellation (no clock needed).
+    assert policy.cancelled is True
     assert details(body)["stop_reason"] == "aborted" and body["aborted"] is True
-    assert control.aborted is True and policy.cancelled is True
+    assert control.aborted is True
 
 
 def test_abort_between_ops(worlds: WorldFactory) -> None:

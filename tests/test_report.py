@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -163,12 +163,6 @@ def test_report_notes_a_diverged_episode(rows: list[EpisodeRow], worlds: WorldFa
 
 
 # --- in a browser ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def chrome() -> Iterator[Any]:
-    with browser.chromium() as driver:
-        yield driver
 
 
 def test_browser_report_bars_and_links(chrome: Any, report: Any, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import MODEL, llm_rollout, run_llm_rollout, store_result, with_run_id
+from helpers import MODEL, first_line, llm_rollout, run_llm_rollout, store_result, with_run_id
 
 from task_app.game import WorldFactory
 from task_app.rollout.result import RolloutResult
@@ -489,7 +489,7 @@ def test_sigkill_right_after_writes_loses_nothing(tmp_path: Path, result: Rollou
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         assert proc.stdout is not None and proc.stderr is not None
         try:
-            line = proc.stdout.readline()
+            line = first_line(proc, timeout=60)
         finally:
             os.kill(proc.pid, signal.SIGKILL)
             _, errors = proc.communicate(timeout=30)

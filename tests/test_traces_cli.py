@@ -28,12 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import MODEL, SYSTEM_PROMPT, FakeLLMPolicy, run_llm_rollout, store_result, with_run_id
+from helpers import MODEL, SYSTEM_PROMPT, FakeLLMPolicy, run_cli, run_llm_rollout, store_result, with_run_id
 
 from task_app.cli.traces import (
     TEXT_PREVIEW_CHARS,
     ExportStats,
-    add_traces_parser,
     openai_sft_example,
     parse_since,
     session_summary,
@@ -119,10 +118,7 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Any:
     """`cli("--db", path, "list")` runs `task-app traces ...` in-process through the real parser."""
 
     def run(*argv: str | Path) -> Run:
-        parser = argparse.ArgumentParser(prog="task-app")
-        add_traces_parser(parser.add_subparsers(dest="command", required=True))
-        args = parser.parse_args(["traces", *map(str, argv)])
-        code = args.run(args)
+        code = run_cli(["traces", *argv])
         out, err = capsys.readouterr()
         return Run(code, out, err)
 

@@ -14,11 +14,12 @@ from typing import Any
 
 import browser
 import pytest
-from conftest import TEST_KEY, AppServer
+from conftest import TEST_KEY, AppServer, wait_until
 from helpers import (
     EXTERNAL,
     FakeLLMPolicy,
     deaths_rollout,
+    error_body,
     llm_rollout,
     load_session,
     make_plan,
@@ -165,8 +166,7 @@ def test_view_route(tmp_path: Path) -> None:
         assert len(page_data(response.text)["positions"]) == 7
 
         missing = client.get("/runs/no-such-run/view")
-        assert missing.status_code == 404
-        assert missing.json()["error"] == {
+        assert error_body(missing, 404)["error"] == {
             "code": "not_found",
             "message": "no stored trace for run 'no-such-run'",
             "run_id": "no-such-run",
@@ -178,18 +178,10 @@ def test_view_route(tmp_path: Path) -> None:
 def test_view_route_without_tracing(tmp_path: Path) -> None:
     with view_server(tmp_path, tracing_enabled=False) as server:
         response = server.client().get("/runs/anything/view")
-    assert response.status_code == 404
-    assert response.json()["error"]["code"] == "not_found"
-    assert "tracing is disabled" in response.json()["error"]["message"]
+    assert "tracing is disabled" in error_body(response, 404, "not_found")["error"]["message"]
 
 
 # --- in a browser ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def chrome() -> Iterator[Any]:
-    with browser.chromium() as driver:
-        yield driver
 
 
 @pytest.fixture(scope="module")
@@ -202,13 +194,6 @@ def viewer_page(db: Path, worlds: WorldFactory, tmp_path_factory: pytest.TempPat
 def _view_state(driver: Any) -> tuple[str, str, str, str]:
     by_id = lambda name: driver.find_element("id", name)  # noqa: E731
     return (by_id("frame").get_attribute("src"), by_id("counter").text, by_id("obs").text, by_id("actions").text)
-
-
-def _wait(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "the page did not update in time"
-        time.sleep(0.05)
 
 
 def test_browser_steps_through_an_episode(chrome: Any, viewer_page: Path, tmp_path: Path) -> None:
@@ -241,7 +226,7 @@ def test_browser_steps_through_an_episode(chrome: Any, viewer_page: Path, tmp_pa
 
     play = chrome.find_element("id", "play")
     play.click()
-    _wait(lambda: not _view_state(chrome)[1].startswith("Decision 1 ·"))
+    wait_until(lambda: not _view_state(chrome)[1].startswith("Decision 1 ·"), timeout=5.0, interval=0.05)
     play.click()
     assert play.text == "▶ play"
     paused = _view_state(chrome)[1]
