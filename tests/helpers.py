@@ -14,6 +14,7 @@ import asyncio
 import base64
 import copy
 import dataclasses
+import functools
 import hashlib
 import json
 import random
@@ -404,19 +405,9 @@ class FakeLLMPolicy:
             "tool_choice": {"type": "function", "function": {"name": "interact_many"}},
         }
         usage = {"prompt_tokens": 812, "completion_tokens": 24, "total_tokens": 836}
+        exchange = functools.partial(LMCall, MODEL, "openai", INFERENCE_URL, messages, params, started, finished)
         if turn in self.fail_turns:
-            call = LMCall(
-                MODEL,
-                "openai",
-                INFERENCE_URL,
-                messages,
-                params,
-                started,
-                finished,
-                30000.0,
-                attempts=4,
-                error="ReadTimeout: model server did not answer",
-            )
+            call = exchange(30000.0, attempts=4, error="ReadTimeout: model server did not answer")
             return PolicyDecision(tool_calls=[], usable=False, meta={"unusable_reason": "error"}, lm_call=call)
         assistant = {"role": "assistant", "content": None, "tool_calls": tool_calls}
         response = {
@@ -426,19 +417,8 @@ class FakeLLMPolicy:
             "choices": [{"index": 0, "message": assistant, "finish_reason": "tool_calls"}],
             "usage": usage,
         }
-        call = LMCall(
-            MODEL,
-            "openai",
-            INFERENCE_URL,
-            messages,
-            params,
-            started,
-            finished,
-            420.0 + turn,
-            response=response,
-            assistant_message=assistant,
-            usage=usage,
-            finish_reason="tool_calls",
+        call = exchange(
+            420.0 + turn, response=response, assistant_message=assistant, usage=usage, finish_reason="tool_calls"
         )
         return PolicyDecision(tool_calls=tool_calls, meta={"inference_ms": 420.0 + turn}, lm_call=call)
 
