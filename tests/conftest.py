@@ -1,4 +1,5 @@
-"""Shared fixtures: a clean environment for every test and one world factory per session."""
+"""Shared fixtures and checks: a clean environment for every test, one world factory per session, app
+servers on loopback, the key guard, the one polling helper (`wait_until`) and a headless browser."""
 
 from __future__ import annotations
 
