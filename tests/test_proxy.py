@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import TEST_KEY, AppServer, assert_no_key_material
 from fake_model import FakeModel, drop, error, hang, raw, text, tool_call
-from helpers import error_body
+from helpers import error_body, request_body
 
 from task_app.policy.inference import chat_params
 from task_app.policy.vendors import (
@@ -421,16 +421,8 @@ def test_redaction() -> None:
 
 def test_rollout_with_provider_openai_goes_to_the_vendor(vendor_app: AppServer, fake_model: FakeModel) -> None:
     fake_model.default = tool_call("move_left", "do")
-    request = {
-        "run_id": "provider-openai",
-        "mode": "eval",
-        "env": {"env_name": "crafter", "seed": 3, "config": {}},
-        "policy": {
-            "policy_name": "crafter-react",
-            "config": {"provider": "openai", "model": "gpt-5-mini", "max_completion_tokens": 700, "max_llm_calls": 3},
-        },
-        "ops": ["agent", "env"] * 3,
-    }
+    config = {"provider": "openai", "model": "gpt-5-mini", "max_completion_tokens": 700, "max_llm_calls": 3}
+    request = request_body(decisions=3, env={"seed": 3}, policy={"policy_name": "crafter-react", "config": config})
     response = vendor_app.client(timeout=60.0).post("/rollout", json=request)
     assert response.status_code == 200, response.text
     assert_no_key_material(response.text, ALL_SECRETS)
