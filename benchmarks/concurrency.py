@@ -29,9 +29,11 @@ from typing import Any
 
 import anyio
 
+from task_app.core.stats import percentile
+
 from .client import client, get_json, post_rollout, rollout_body
 from .processes import Served, app_server, environment, fake_model
-from .report import Figure, percentile
+from .report import Figure
 
 BENCH = "B3"
 GROUP = 4

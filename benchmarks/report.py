@@ -63,13 +63,6 @@ def median_of(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile (q in 0..100) of a non-empty sequence."""
-    ordered = sorted(values)
-    rank = max(1, round(q / 100 * len(ordered) + 0.5 - 1e-9))
-    return ordered[min(len(ordered), rank) - 1]
-
-
 def environment() -> dict[str, Any]:
     versions = {}
     for package in ("fastapi", "starlette", "uvicorn", "httpx", "pydantic", "orjson", "crafter", "numba", "numpy"):

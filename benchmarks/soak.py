@@ -51,6 +51,7 @@ from typing import Any
 import anyio
 import httpx
 
+from task_app.core.stats import percentile
 from task_app.web.local_server import serve_in_thread
 
 from .fake_model import read_body
@@ -436,7 +437,7 @@ def _cost_trend(samples: list[dict[str, Any]]) -> dict[str, Any]:
             "stored_per_s": round(stored / seconds, 1),
         }
 
-    if len(samples) < 3:  # noqa: PLR2004 - two windows need three samples
+    if len(samples) < 3:  # two windows need three samples
         return {}
     return {
         "first_quarter": window(samples[0], samples[quarter]),
@@ -493,7 +494,7 @@ def soak(minutes: float, concurrency: int, fault_rate: float, sample_every_s: fl
         kind: {
             "n": len(values),
             "p50_s": round(statistics.median(values), 3),
-            "p99_s": round(sorted(values)[int(0.99 * (len(values) - 1))], 3),
+            "p99_s": round(percentile(values, 99), 3),
         }
         for kind, values in sorted(tally.latencies.items())
     }

@@ -36,6 +36,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from task_app.core.stats import percentile
 from task_app.game import ACTIONS, Game, WorldFactory
 from task_app.game.actions import plan_from_names
 
@@ -70,7 +71,7 @@ class Metric:
             "label": self.label,
             "median_ms": round(self.median, 4),
             "run_medians_ms": [round(value, 4) for value in self.run_medians],
-            "p90_ms": round(samples[int(0.9 * (len(samples) - 1))], 4),
+            "p90_ms": round(percentile(samples, 90), 4),
             "calls": len(samples),
             "repeats": len(self.runs),
         }

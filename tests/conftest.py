@@ -1,4 +1,5 @@
-"""Shared fixtures: a clean environment for every test and one world factory per session."""
+"""Shared fixtures and checks: a clean environment for every test, one world factory per session, app
+servers on loopback, the key guard, the one polling helper (`wait_until`) and a headless browser."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import browser
 import httpx
 import pytest
 from fastapi import FastAPI
@@ -207,12 +209,13 @@ def start_app_server(stack: ExitStack, directory: Path, **overrides: Any) -> App
     return AppServer(base_url=base_url, app=app, settings=settings, stack=stack)
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Poll `predicate` until it holds; fail the test if it does not within `timeout` seconds."""
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.005) -> None:
+    """The one polling helper: poll `predicate` every `interval` seconds until it holds; fail the test if
+    it does not within `timeout`. (An async test calls it through `anyio.to_thread.run_sync`.)"""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.005)  # polling interval, not a wait for something to happen
+        assert time.monotonic() < deadline, f"condition not reached in {timeout} s"
+        time.sleep(interval)  # the polling interval, not a wait for something to happen
 
 
 def open_rollout(base_url: str, body: dict[str, Any], *, timeout: float = 10.0) -> socket.socket:
@@ -338,6 +341,13 @@ def no_key_in_logs(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     for record in caplog.records:
         text = record.getMessage() + (record.exc_text or "")
         assert_no_key_material(text)
+
+
+@pytest.fixture(scope="module")
+def chrome() -> Iterator[Any]:
+    """Headless Chromium for the page tests (tests/browser.py), one per test module."""
+    with browser.chromium() as driver:
+        yield driver
 
 
 @pytest.fixture

@@ -274,11 +274,6 @@ class FakeModel:
             return list(self._records)
 
     @property
-    def pending(self) -> int:
-        with self._lock:
-            return len(self._script)
-
-    @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 

@@ -1,23 +1,42 @@
-"""Shared test helpers: small deterministic policies, request builders and world fingerprints.
+"""Shared test helpers: small deterministic policies, the request builder, the error-body check, world
+fingerprints, and rollouts stored in and read back from real trace databases.
 
 The policies implement `task_app.policy.base.Policy` without any model: they answer from the
-observation (or a fixed script), so rollouts driven by them are reproducible.
+observation (or a fixed script), so rollouts driven by them are reproducible. `FakeLLMPolicy` answers
+like a chat model would (system prompt + observation, a forced `interact_many` tool call, usage,
+latency), without a network.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import base64
 import copy
+import dataclasses
+import functools
 import hashlib
+import json
 import random
+import re
+import selectors
+import subprocess
+import time
+import uuid
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
-from task_app.core.contracts import RolloutRequest
+import httpx
+
+from task_app.cli.traces import add_traces_parser
+from task_app.cli.view import add_viewer_parsers
+from task_app.core.contracts import ErrorResponse, RolloutRequest
 from task_app.core.settings import Settings
-from task_app.game import TOOL_NAME, GameEnv, Observation
+from task_app.game import TOOL_NAME, VITALS, GameEnv, Observation, WorldFactory
 from task_app.game.observation import nearest
-from task_app.policy.base import HistoryEntry, PolicyDecision, PolicyError
+from task_app.policy.base import HistoryEntry, LMCall, PolicyDecision, PolicyError
 from task_app.rollout.control import RunControl
 from task_app.rollout.engine import RolloutEngine
 from task_app.rollout.plan import RolloutPlan, build_plan
@@ -25,6 +44,7 @@ from task_app.rollout.result import RolloutResult
 from task_app.tracing import TraceStore, build_session_trace
 from task_app.tracing.rows import session_rows
 
+SAMPLES = Path(__file__).resolve().parent / "samples"
 MOVES = {(-1, 0): "move_left", (1, 0): "move_right", (0, -1): "move_up", (0, 1): "move_down"}
 MOVE_ACTIONS = tuple(MOVES.values())
 
@@ -79,7 +99,7 @@ def clear_around(env: GameEnv, radius: int, material: str = "grass") -> None:
 
 def keep_alive(env: GameEnv) -> None:
     """Refill the vitals so long random walks outlive hunger and thirst (applied identically to every run)."""
-    for vital in ("health", "food", "drink", "energy"):
+    for vital in VITALS:
         env.player.inventory[vital] = 9
 
 
@@ -238,16 +258,47 @@ def _merge(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def request_body(**overrides: Any) -> dict[str, Any]:
-    """A valid eval request for the built-in scripted policy; nested dicts in `overrides` are merged."""
+def new_run_id(prefix: str = "test") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:12]}"
+
+
+def request_body(*, decisions: int | None = None, inference_url: str | None = None, **overrides: Any) -> dict[str, Any]:
+    """The one request builder: a valid eval request with a fresh run_id; nested dicts in `overrides`
+    are merged in.
+
+    By default the built-in scripted policy and 10 decisions. With `inference_url`: crafter-react
+    against that model server (the loopback fake model), model "fake-model" and `max_llm_calls` =
+    `decisions` (default 1). `decisions` sets `ops` to that many agent/env pairs.
+    """
     base: dict[str, Any] = {
-        "run_id": "test-run",
+        "run_id": new_run_id(),
         "mode": "eval",
         "env": {"env_name": "crafter", "seed": 1, "config": {}},
         "policy": {"policy_name": "crafter-scripted", "config": {}},
         "ops": ["agent", "env"] * 10,
     }
+    if inference_url is not None:
+        decisions = 1 if decisions is None else decisions
+        base["policy"] = {
+            "policy_name": "crafter-react",
+            "config": {"model": "fake-model", "inference_url": inference_url, "max_llm_calls": decisions},
+        }
+    if decisions is not None:
+        base["ops"] = ["agent", "env"] * decisions
     return _merge(base, overrides)
+
+
+def error_body(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
+    """The one error-body check: exactly `status`, JSON, `{"error": {"code", "message", ...}, "detail":
+    message}` with a message (and `code`, when given). Returns the body."""
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"].startswith("application/json"), response.headers
+    body: dict[str, Any] = response.json()
+    parsed = ErrorResponse.model_validate(body)
+    assert parsed.detail == parsed.error.message and parsed.error.message, body
+    if code is not None:
+        assert parsed.error.code == code, body
+    return body
 
 
 def make_plan(settings: Settings | None = None, **overrides: Any) -> RolloutPlan:
@@ -277,3 +328,217 @@ def trajectory_key(result: RolloutResult) -> list[tuple[Any, ...]]:
 async def store_result(store: TraceStore, result: RolloutResult) -> dict[str, Any]:
     """Write a finished rollout's structured trace to `store`, as the recorder does without live rows."""
     return await store.write(result.plan.run_id, session_rows(build_session_trace(result)))
+
+
+# --- a fake chat model as a policy, and its rollouts --------------------------------------------------
+
+MODEL = "fake-model-7b"
+INFERENCE_URL = "http://127.0.0.1:9/v1/chat/completions?cid=trace_fake_cid"
+USEFUL_ACTIONS = ("move_left", "move_right", "move_up", "move_down", "do", "do", "noop")
+SYSTEM_PROMPT = (
+    "You are an agent playing Crafter, a 2D survival game. Each turn you see a text rendering of the "
+    "world around you, your vitals, inventory and achievements. Call the interact_many tool with 1 to 8 "
+    "actions from: noop, move_left, move_right, move_up, move_down, do, sleep, place_stone, place_table, "
+    "place_furnace, place_plant, make_wood_pickaxe, make_stone_pickaxe, make_iron_pickaxe, make_wood_sword, "
+    "make_stone_sword, make_iron_sword. "
+) * 4  # about 2 KB: with the observation, a ~3 KB prompt like the real one
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "interact_many",
+            "description": "Execute 1-8 Crafter actions in order.",
+            "parameters": {
+                "type": "object",
+                "properties": {"actions": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
+                "required": ["actions"],
+            },
+        },
+    }
+]
+FAKE_PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4).decode()
+
+
+class FakeLLMPolicy:
+    """Answers every decision with a realistic chat-completions exchange (no network)."""
+
+    name = "crafter-react"
+
+    def __init__(self, *, seed: int = 0, image: bool = False, lm: bool = True, fail_turns: Sequence[int] = ()):
+        self.rng = random.Random(seed)
+        self.image = image
+        self.lm = lm
+        self.fail_turns = set(fail_turns)
+        self.calls = 0
+
+    def _user_content(self, observation: Observation, turn: int) -> Any:
+        text = f"Turn {turn}.\n{observation.text}\n\nChoose your next actions with interact_many."
+        if not self.image:
+            return text
+        url = observation.image_data_url or f"data:image/png;base64,{FAKE_PNG}"
+        return [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]
+
+    async def decide(self, observation: Observation, history: Sequence[HistoryEntry]) -> PolicyDecision:
+        turn, self.calls = self.calls, self.calls + 1
+        actions = [self.rng.choice(USEFUL_ACTIONS) for _ in range(self.rng.randint(1, 4))]
+        tool_calls = [
+            {
+                "id": f"call_{turn}",
+                "type": "function",
+                "function": {"name": "interact_many", "arguments": json.dumps({"actions": actions})},
+            }
+        ]
+        if not self.lm:
+            return PolicyDecision(tool_calls=[{"tool_name": "interact_many", "arguments": {"actions": actions}}])
+        messages = [
+            {"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": self._user_content(observation, turn)},
+        ]
+        started = datetime.now(UTC)
+        finished = started + timedelta(milliseconds=420 + turn)
+        params = {
+            "temperature": 0.2,
+            "top_p": 0.95,
+            "max_tokens": 512,
+            "tools": TOOLS,
+            "parallel_tool_calls": False,
+            "tool_choice": {"type": "function", "function": {"name": "interact_many"}},
+        }
+        usage = {"prompt_tokens": 812, "completion_tokens": 24, "total_tokens": 836}
+        exchange = functools.partial(LMCall, MODEL, "openai", INFERENCE_URL, messages, params, started, finished)
+        if turn in self.fail_turns:
+            call = exchange(30000.0, attempts=4, error="ReadTimeout: model server did not answer")
+            return PolicyDecision(tool_calls=[], usable=False, meta={"unusable_reason": "error"}, lm_call=call)
+        assistant = {"role": "assistant", "content": None, "tool_calls": tool_calls}
+        response = {
+            "id": f"chatcmpl-{turn}",
+            "object": "chat.completion",
+            "model": MODEL,
+            "choices": [{"index": 0, "message": assistant, "finish_reason": "tool_calls"}],
+            "usage": usage,
+        }
+        call = exchange(
+            420.0 + turn, response=response, assistant_message=assistant, usage=usage, finish_reason="tool_calls"
+        )
+        return PolicyDecision(tool_calls=tool_calls, meta={"inference_ms": 420.0 + turn}, lm_call=call)
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def run_llm_rollout(
+    worlds: WorldFactory,
+    *,
+    run_id: str = "trace-run",
+    decisions: int = 5,
+    seed: int = 3,
+    policy: FakeLLMPolicy | None = None,
+    ops: list[str] | None = None,
+    step_rewards: dict[str, Any] | None = None,
+) -> RolloutResult:
+    """A rollout of `FakeLLMPolicy` through the real engine and crafter (a compact trace requested)."""
+    config: dict[str, Any] = {"model": MODEL, "inference_url": INFERENCE_URL, "max_llm_calls": decisions}
+    if step_rewards:
+        config["step_rewards"] = step_rewards
+    body = request_body(
+        run_id=run_id,
+        env={"seed": seed},
+        policy={"policy_name": "crafter-react", "config": config},
+        ops=ops or ["agent", "env"] * decisions,
+        record={"return_trace": True, "trace_format": "compact"},
+    )
+    plan = build_plan(RolloutRequest.model_validate(body), Settings())
+    return await RolloutEngine(plan, policy or FakeLLMPolicy(seed=seed), worlds).run()
+
+
+def llm_rollout(worlds: WorldFactory, **kwargs: Any) -> RolloutResult:
+    return asyncio.run(run_llm_rollout(worlds, **kwargs))
+
+
+def with_run_id(result: RolloutResult, run_id: str) -> RolloutResult:
+    return dataclasses.replace(result, plan=dataclasses.replace(result.plan, run_id=run_id))
+
+
+# --- trace databases and the commands that read them ---------------------------------------------------
+
+NOOPS = 64  # a decision of 64 noops: an idle player dies within about three decisions
+
+
+def deaths_rollout(worlds: WorldFactory, run_id: str = "deaths", decisions: int = 10) -> RolloutResult:
+    """Seed 1, an idle player: it dies in its third decision (mid-decision), and on_done resets the world."""
+    plan = make_plan(
+        Settings(max_actions_per_decision=NOOPS),
+        run_id=run_id,
+        env={"seed": 1},
+        policy={"config": {"max_llm_calls": decisions}},
+        ops=["agent", "env"] * decisions,
+        on_done="reset",
+    )
+    return run_rollout(plan, ScriptedPolicy([["noop"] * NOOPS]), worlds)
+
+
+def store_all(path: Path, *results: RolloutResult) -> Path:
+    """A trace database at `path` holding these rollouts."""
+
+    async def write() -> None:
+        async with TraceStore(path) as trace_store:
+            for result in results:
+                assert (await store_result(trace_store, result)) == {"stored": True}
+
+    asyncio.run(write())
+    return path
+
+
+def load_session(path: Path, run_id: str) -> dict[str, Any]:
+    """The stored session of `run_id`, read through a read-only store."""
+
+    async def read() -> dict[str, Any] | None:
+        async with TraceStore(path, readonly=True) as trace_store:
+            return await trace_store.get_session(run_id)
+
+    trace = asyncio.run(read())
+    assert trace is not None
+    return trace
+
+
+def run_cli(argv: Sequence[str | Path]) -> int:
+    """`task-app traces | replay | view ...` in-process, through the real parsers; the exit code."""
+    parser = argparse.ArgumentParser(prog="task-app")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_traces_parser(commands)
+    add_viewer_parsers(commands)
+    args = parser.parse_args([str(arg) for arg in argv])
+    return int(args.run(args))
+
+
+# --- HTML pages ---------------------------------------------------------------------------------------
+
+# a reference to anything outside the page: the viewer and the report must be self-contained
+EXTERNAL = re.compile(r"""(?:src|href|action)\s*=\s*["']?\s*(?:https?:)?//|@import|url\(\s*["']?(?:https?:)?//|<link""")
+
+
+def page_data(page: str) -> dict[str, Any]:
+    """The episode data a viewer page embeds."""
+    match = re.search(r'<script type="application/json" id="episode-data">(.*?)</script>', page, re.DOTALL)
+    assert match is not None
+    data: dict[str, Any] = json.loads(match.group(1))
+    return data
+
+
+# --- child processes ----------------------------------------------------------------------------------
+
+
+def first_line(process: subprocess.Popen[str], timeout: float) -> str:
+    """The child's first line on stdout, or "" as soon as it exits without one or `timeout` passes: a
+    child that fails before printing fails the test at once (the caller shows its stderr), not at the
+    suite's 300 s timeout."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while (left := deadline - time.monotonic()) > 0:
+            if selector.select(min(left, 0.1)):
+                return process.stdout.readline()  # "" at end of file: the child closed stdout or exited
+            if process.poll() is not None:
+                return ""
+    return ""

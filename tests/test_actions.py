@@ -8,7 +8,7 @@ from typing import Any
 import crafter
 import pytest
 
-from task_app.game import ACHIEVEMENTS, ACTION_IDS, ACTIONS, TOOL_NAME, normalise_tool_calls
+from task_app.game import ACHIEVEMENTS, ACTION_IDS, ACTIONS, normalise_tool_calls
 from task_app.game.actions import action_name, plan_from_names
 
 MAX = 8
@@ -22,14 +22,29 @@ def _reasons(plan: Any) -> list[tuple[str, str]]:
     return [(rejection.item, rejection.reason) for rejection in plan.rejected]
 
 
-def test_actions_follow_crafter_order() -> None:
-    assert ACTIONS == tuple(crafter.constants.actions)
-    assert len(ACTIONS) == 17
-    assert ACTIONS[:6] == ("noop", "move_left", "move_right", "move_up", "move_down", "do")
-    assert ACTIONS[-1] == "make_iron_sword"
-    assert ACTION_IDS["place_table"] == 8
-    assert len(ACHIEVEMENTS) == 22
-    assert TOOL_NAME == "interact_many"
+def test_action_ids_are_the_contracts() -> None:
+    """CONTRACT §5: the 17 actions by name and id (models send ids), crafter's 22 achievements."""
+    assert ACTIONS == (
+        "noop",
+        "move_left",
+        "move_right",
+        "move_up",
+        "move_down",
+        "do",
+        "sleep",
+        "place_stone",
+        "place_table",
+        "place_furnace",
+        "place_plant",
+        "make_wood_pickaxe",
+        "make_stone_pickaxe",
+        "make_iron_pickaxe",
+        "make_wood_sword",
+        "make_stone_sword",
+        "make_iron_sword",
+    )
+    assert all(ACTION_IDS[name] == index for index, name in enumerate(ACTIONS))
+    assert set(ACHIEVEMENTS) == set(crafter.constants.achievements) and len(ACHIEVEMENTS) == 22
 
 
 @pytest.mark.parametrize(

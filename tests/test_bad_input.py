@@ -20,43 +20,23 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from conftest import ALIAS_KEY, TEST_KEY, AppServer, assert_no_key_material
-from helpers import request_body
-
-from task_app.core.contracts import ErrorResponse
+from helpers import error_body, request_body
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")
 
 JSON = {"Content-Type": "application/json"}
-_counter = iter(range(1_000_000))
-
-
-def run_id() -> str:
-    return f"bad-input-{next(_counter)}"
-
-
-def body(**overrides: Any) -> dict[str, Any]:
-    """A valid scripted rollout request with `overrides` merged in (each call gets a fresh run_id)."""
-    overrides.setdefault("run_id", run_id())
-    overrides.setdefault("ops", ["agent", "env"])
-    return request_body(**overrides)
-
-
-def react(**config: Any) -> dict[str, Any]:
-    policy_config = {"model": "m", "inference_url": "http://127.0.0.1:9/v1", **config}
-    request = body(policy={"policy_name": "crafter-react"})
-    request["policy"]["config"] = {key: value for key, value in policy_config.items() if value is not None}
-    return request
+MODEL_URL = "http://127.0.0.1:9/v1"  # nobody listens: these requests never get as far as a model call
 
 
 def without(key: str, within: str | None = None) -> dict[str, Any]:
-    request = body()
+    request = request_body(decisions=1)
     (request[within] if within else request).pop(key)
     return request
 
 
 def with_value(path: str, raw: str) -> bytes:
     """A valid request whose field at dotted `path` is the raw JSON text `raw` (NaN, deep nesting, ...)."""
-    request = body()
+    request = request_body(decisions=1)
     *parents, leaf = path.split(".")
     target = request
     for part in parents:
@@ -69,16 +49,6 @@ def nested(depth: int, kind: str = "array") -> bytes:
     if kind == "array":
         return b"[" * depth + b"]" * depth
     return b'{"a":' * depth + b"1" + b"}" * depth
-
-
-def expect(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    """The contract's error body with exactly this status and code."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/json")
-    parsed = ErrorResponse.model_validate(response.json())
-    assert parsed.error.code == code, response.text
-    assert parsed.detail == parsed.error.message and parsed.error.message
-    return response.json()
 
 
 @pytest.fixture(autouse=True)
@@ -108,9 +78,9 @@ MALFORMED_KEYS: list[tuple[str, dict[str, Any]]] = [
 @pytest.mark.parametrize("headers", [case[1] for case in MALFORMED_KEYS], ids=[case[0] for case in MALFORMED_KEYS])
 def test_malformed_keys_are_401(app_server: AppServer, headers: dict[str, Any]) -> None:
     client = app_server.client(key=None, headers=headers)
-    expect(client.get("/info"), 401, "unauthorized")
-    expect(client.post("/rollout", json=body()), 401, "unauthorized")
-    expect(client.post("/rollout", content=nested(100_000), headers=JSON), 401, "unauthorized")
+    error_body(client.get("/info"), 401, "unauthorized")
+    error_body(client.post("/rollout", json=request_body(decisions=1)), 401, "unauthorized")
+    error_body(client.post("/rollout", content=nested(100_000), headers=JSON), 401, "unauthorized")
 
 
 @pytest.mark.parametrize(
@@ -122,7 +92,7 @@ def test_no_key_configured_wins_over_a_bad_body(make_app_server: Callable[..., A
     server = make_app_server(environment_api_key=None, environment_api_key_aliases=[], warm_up=False)
     for key in (None, TEST_KEY):
         response = server.client(key=key).post("/rollout", content=content, headers=JSON)
-        expect(response, 503, "missing_environment_api_key")
+        error_body(response, 503, "missing_environment_api_key")
 
 
 # --- bodies that are not (acceptable) JSON ---------------------------------------------------------
@@ -140,8 +110,8 @@ NOT_JSON: list[tuple[str, bytes, dict[str, str], int, str]] = [
     ),
     ("lone-low-surrogate", with_value("training_session_id", '"\\udc00x"'), JSON, 400, "invalid_json"),
     ("invalid-utf8", with_value("synth_base_url", '"\xff"').replace(b"\xc3\xbf", b"\xff"), JSON, 400, "invalid_json"),
-    ("trailing-garbage", json.dumps(body()).encode() + b" }", JSON, 400, "invalid_json"),
-    ("utf16-body", json.dumps(body()).encode("utf-16"), JSON, 400, "invalid_json"),
+    ("trailing-garbage", json.dumps(request_body(decisions=1)).encode() + b" }", JSON, 400, "invalid_json"),
+    ("utf16-body", json.dumps(request_body(decisions=1)).encode("utf-16"), JSON, 400, "invalid_json"),
     ("empty-body", b"", JSON, 422, "invalid_request"),
     ("json-null", b"null", JSON, 422, "invalid_request"),
     ("json-string", b'"rollout"', JSON, 422, "invalid_request"),
@@ -165,7 +135,7 @@ def test_bodies_that_are_not_acceptable_json(
     client: httpx.Client, content: bytes, headers: dict[str, str], status: int, code: str
 ) -> None:
     assert len(content) < 1_048_576  # within the size limit: the parser, not the limit, refuses it
-    expect(client.post("/rollout", content=content, headers=headers), status, code)
+    error_body(client.post("/rollout", content=content, headers=headers), status, code)
 
 
 def test_deep_nesting_within_the_parser_limit_is_accepted_and_not_echoed(client: httpx.Client) -> None:
@@ -181,104 +151,163 @@ def test_deep_nesting_within_the_parser_limit_is_accepted_and_not_echoed(client:
 
 INVALID: list[tuple[str, dict[str, Any], str]] = [
     # wrong types
-    ("run-id-int", body(run_id=5), "invalid_request"),
-    ("mode-int", body(mode=1), "invalid_request"),
-    ("mode-null", body(mode=None), "invalid_request"),
-    ("env-string", body(env="crafter"), "invalid_request"),
-    ("env-config-list", body(env={"config": [1]}), "invalid_request"),
-    ("env-params-list", body(env={"config": {"env_params": [1]}}), "invalid_env_config"),
-    ("policy-list", body(policy=["crafter-scripted"]), "invalid_request"),
-    ("ops-string", body(ops="agent,env"), "invalid_request"),
-    ("ops-object", body(ops={"0": "agent"}), "invalid_request"),
-    ("op-int", body(ops=[1, 2]), "invalid_request"),
-    ("op-null", body(ops=[None]), "invalid_request"),
-    ("record-string", body(record="all"), "invalid_request"),
-    ("trace-format-unknown", body(record={"trace_format": "xml"}), "invalid_request"),
-    ("on-done-unknown", body(on_done="explode"), "invalid_request"),
-    ("safety-max-ops-text", body(safety={"max_ops": "many"}), "invalid_request"),
-    ("safety-max-ops-zero", body(safety={"max_ops": 0}), "invalid_request"),
-    ("safety-max-time-negative", body(safety={"max_time_s": -1}), "invalid_request"),
-    ("training-session-id-int", body(training_session_id=7), "invalid_request"),
-    ("temperature-text", react(temperature="hot"), "invalid_policy_config"),
-    ("max-tokens-float", react(max_tokens=1.5), "invalid_policy_config"),
-    ("api-key-object", react(api_key={"k": "v"}), "invalid_policy_config"),
-    ("step-rewards-list", body(policy={"config": {"step_rewards": [1]}}), "invalid_policy_config"),
-    # ops
-    ("unknown-op-object", body(ops=[{"type": "jump"}]), "invalid_op"),
-    ("op-object-without-type", body(ops=[{}]), "invalid_op"),
-    ("unknown-op-after-valid-ones", body(ops=["agent", "env"] * 50 + ["fly"]), "invalid_op"),
-    ("ops-over-the-cap", body(ops=["agent", "env"] * 10_000 + ["agent"]), "too_many_ops"),
-    # max_steps_per_episode
-    ("max-steps-zero", body(env={"config": {"env_params": {"max_steps_per_episode": 0}}}), "invalid_env_config"),
-    ("max-steps-negative", body(env={"config": {"env_params": {"max_steps_per_episode": -5}}}), "invalid_env_config"),
-    ("max-steps-huge", body(env={"config": {"env_params": {"max_steps_per_episode": 2**63}}}), "invalid_env_config"),
+    ("run-id-int", request_body(decisions=1, run_id=5), "invalid_request"),
+    ("mode-int", request_body(decisions=1, mode=1), "invalid_request"),
+    ("mode-null", request_body(decisions=1, mode=None), "invalid_request"),
+    ("env-string", request_body(decisions=1, env="crafter"), "invalid_request"),
+    ("env-config-list", request_body(decisions=1, env={"config": [1]}), "invalid_request"),
+    ("env-params-list", request_body(decisions=1, env={"config": {"env_params": [1]}}), "invalid_env_config"),
+    ("policy-list", request_body(decisions=1, policy=["crafter-scripted"]), "invalid_request"),
+    ("ops-string", request_body(decisions=1, ops="agent,env"), "invalid_request"),
+    ("ops-object", request_body(decisions=1, ops={"0": "agent"}), "invalid_request"),
+    ("op-int", request_body(decisions=1, ops=[1, 2]), "invalid_request"),
+    ("op-null", request_body(decisions=1, ops=[None]), "invalid_request"),
+    ("record-string", request_body(decisions=1, record="all"), "invalid_request"),
+    ("trace-format-unknown", request_body(decisions=1, record={"trace_format": "xml"}), "invalid_request"),
+    ("on-done-unknown", request_body(decisions=1, on_done="explode"), "invalid_request"),
+    ("safety-max-ops-text", request_body(decisions=1, safety={"max_ops": "many"}), "invalid_request"),
+    ("safety-max-ops-zero", request_body(decisions=1, safety={"max_ops": 0}), "invalid_request"),
+    ("safety-max-time-negative", request_body(decisions=1, safety={"max_time_s": -1}), "invalid_request"),
+    ("training-session-id-int", request_body(decisions=1, training_session_id=7), "invalid_request"),
     (
-        "max-steps-enormous",
-        body(env={"config": {"env_params": {"max_steps_per_episode": 10**30}}}),
+        "temperature-text",
+        request_body(inference_url=MODEL_URL, policy={"config": {"temperature": "hot"}}),
+        "invalid_policy_config",
+    ),
+    (
+        "max-tokens-float",
+        request_body(inference_url=MODEL_URL, policy={"config": {"max_tokens": 1.5}}),
+        "invalid_policy_config",
+    ),
+    (
+        "api-key-object",
+        request_body(inference_url=MODEL_URL, policy={"config": {"api_key": {"k": "v"}}}),
+        "invalid_policy_config",
+    ),
+    ("step-rewards-list", request_body(decisions=1, policy={"config": {"step_rewards": [1]}}), "invalid_policy_config"),
+    # ops
+    ("unknown-op-object", request_body(decisions=1, ops=[{"type": "jump"}]), "invalid_op"),
+    ("op-object-without-type", request_body(decisions=1, ops=[{}]), "invalid_op"),
+    ("unknown-op-after-valid-ones", request_body(decisions=1, ops=["agent", "env"] * 50 + ["fly"]), "invalid_op"),
+    ("ops-over-the-cap", request_body(decisions=1, ops=["agent", "env"] * 10_000 + ["agent"]), "too_many_ops"),
+    # max_steps_per_episode
+    (
+        "max-steps-zero",
+        request_body(decisions=1, env={"config": {"env_params": {"max_steps_per_episode": 0}}}),
         "invalid_env_config",
     ),
-    ("max-steps-string", body(env={"config": {"env_params": {"max_steps_per_episode": "ten"}}}), "invalid_env_config"),
-    ("max-steps-float", body(env={"config": {"env_params": {"max_steps_per_episode": 2.5}}}), "invalid_env_config"),
-    ("episode-length-zero", body(env={"config": {"length": 0}}), "invalid_env_config"),
-    ("area-too-large", body(env={"config": {"area": [10_000, 10_000]}}), "invalid_env_config"),
-    ("area-too-small", body(env={"config": {"area": [3, 3]}}), "invalid_env_config"),
-    ("max-llm-calls-over-the-cap", body(policy={"config": {"max_llm_calls": 10_001}}), "invalid_policy_config"),
-    ("max-llm-calls-negative", body(policy={"config": {"max_llm_calls": -3}}), "invalid_policy_config"),
+    (
+        "max-steps-negative",
+        request_body(decisions=1, env={"config": {"env_params": {"max_steps_per_episode": -5}}}),
+        "invalid_env_config",
+    ),
+    (
+        "max-steps-huge",
+        request_body(decisions=1, env={"config": {"env_params": {"max_steps_per_episode": 2**63}}}),
+        "invalid_env_config",
+    ),
+    (
+        "max-steps-enormous",
+        request_body(decisions=1, env={"config": {"env_params": {"max_steps_per_episode": 10**30}}}),
+        "invalid_env_config",
+    ),
+    (
+        "max-steps-string",
+        request_body(decisions=1, env={"config": {"env_params": {"max_steps_per_episode": "ten"}}}),
+        "invalid_env_config",
+    ),
+    (
+        "max-steps-float",
+        request_body(decisions=1, env={"config": {"env_params": {"max_steps_per_episode": 2.5}}}),
+        "invalid_env_config",
+    ),
+    ("episode-length-zero", request_body(decisions=1, env={"config": {"length": 0}}), "invalid_env_config"),
+    ("area-too-large", request_body(decisions=1, env={"config": {"area": [10_000, 10_000]}}), "invalid_env_config"),
+    ("area-too-small", request_body(decisions=1, env={"config": {"area": [3, 3]}}), "invalid_env_config"),
+    (
+        "max-llm-calls-over-the-cap",
+        request_body(decisions=1, policy={"config": {"max_llm_calls": 10_001}}),
+        "invalid_policy_config",
+    ),
+    (
+        "max-llm-calls-negative",
+        request_body(decisions=1, policy={"config": {"max_llm_calls": -3}}),
+        "invalid_policy_config",
+    ),
     # seeds
-    ("seed-above-max", body(env={"seed": 2**31}), "seed_out_of_range"),
-    ("seed-64-bit", body(env={"seed": 2**63}), "seed_out_of_range"),
-    ("seed-beyond-64-bit", body(env={"seed": 10**30}), "invalid_request"),  # parsed as a float: int_parsing_size
-    ("seed-fraction", body(env={"seed": 1.5}), "invalid_request"),
-    ("seed-text", body(env={"seed": "abc"}), "invalid_request"),
-    ("seed-list", body(env={"seed": [1]}), "invalid_request"),
+    ("seed-above-max", request_body(decisions=1, env={"seed": 2**31}), "seed_out_of_range"),
+    ("seed-64-bit", request_body(decisions=1, env={"seed": 2**63}), "seed_out_of_range"),
+    (
+        "seed-beyond-64-bit",
+        request_body(decisions=1, env={"seed": 10**30}),
+        "invalid_request",
+    ),  # parsed as a float: int_parsing_size
+    ("seed-fraction", request_body(decisions=1, env={"seed": 1.5}), "invalid_request"),
+    ("seed-text", request_body(decisions=1, env={"seed": "abc"}), "invalid_request"),
+    ("seed-list", request_body(decisions=1, env={"seed": [1]}), "invalid_request"),
     # names
-    ("unknown-env-id", body(env={"env_name": None, "env_id": "minecraft"}), "unknown_env"),
-    ("blank-env-name", body(env={"env_name": "   "}), "unknown_env"),
-    ("unknown-policy-id", body(policy={"policy_name": None, "policy_id": "gpt-director"}), "unknown_policy"),
-    ("no-policy-name", body(policy={"policy_name": None}), "unknown_policy"),
+    ("unknown-env-id", request_body(decisions=1, env={"env_name": None, "env_id": "minecraft"}), "unknown_env"),
+    ("blank-env-name", request_body(decisions=1, env={"env_name": "   "}), "unknown_env"),
+    (
+        "unknown-policy-id",
+        request_body(decisions=1, policy={"policy_name": None, "policy_id": "gpt-director"}),
+        "unknown_policy",
+    ),
+    ("no-policy-name", request_body(decisions=1, policy={"policy_name": None}), "unknown_policy"),
     # inference URLs
-    ("javascript-url", react(inference_url="javascript:alert(1)"), "invalid_inference_url"),
-    ("file-url", react(inference_url="file:///etc/passwd"), "invalid_inference_url"),
-    ("gopher-url", react(inference_url="gopher://127.0.0.1:70/"), "invalid_inference_url"),
-    ("no-host-url", react(inference_url="http:///v1"), "invalid_inference_url"),
-    ("port-out-of-range", react(inference_url="http://127.0.0.1:99999/v1"), "invalid_inference_url"),
-    ("port-not-a-number", react(inference_url="http://127.0.0.1:abc/v1"), "invalid_inference_url"),
-    ("broken-ipv6", react(inference_url="http://[::1/v1"), "invalid_inference_url"),
-    ("space-in-host", react(inference_url="http://model server/v1"), "invalid_inference_url"),
-    ("header-injection", react(inference_url="http://127.0.0.1:9/v1\r\nX-Injected: 1"), "invalid_inference_url"),
-    ("nul-in-url", react(inference_url="http://127.0.0.1:9/v1\x00"), "invalid_inference_url"),
-    ("user-and-password", react(inference_url="http://user:secret@127.0.0.1:9/v1"), "invalid_inference_url"),
-    ("user-only", react(inference_url="https://token@127.0.0.1:9/v1"), "invalid_inference_url"),
-    ("url-not-a-string", react(inference_url=["http://127.0.0.1:9/v1"]), "invalid_policy_config"),
-    ("unknown-provider", react(inference_url=None, provider="azure"), "invalid_policy_config"),
+    ("javascript-url", request_body(inference_url="javascript:alert(1)"), "invalid_inference_url"),
+    ("file-url", request_body(inference_url="file:///etc/passwd"), "invalid_inference_url"),
+    ("gopher-url", request_body(inference_url="gopher://127.0.0.1:70/"), "invalid_inference_url"),
+    ("no-host-url", request_body(inference_url="http:///v1"), "invalid_inference_url"),
+    ("port-out-of-range", request_body(inference_url="http://127.0.0.1:99999/v1"), "invalid_inference_url"),
+    ("port-not-a-number", request_body(inference_url="http://127.0.0.1:abc/v1"), "invalid_inference_url"),
+    ("broken-ipv6", request_body(inference_url="http://[::1/v1"), "invalid_inference_url"),
+    ("space-in-host", request_body(inference_url="http://model server/v1"), "invalid_inference_url"),
+    ("header-injection", request_body(inference_url="http://127.0.0.1:9/v1\r\nX-Injected: 1"), "invalid_inference_url"),
+    ("nul-in-url", request_body(inference_url="http://127.0.0.1:9/v1\x00"), "invalid_inference_url"),
+    ("user-and-password", request_body(inference_url="http://user:secret@127.0.0.1:9/v1"), "invalid_inference_url"),
+    ("user-only", request_body(inference_url="https://token@127.0.0.1:9/v1"), "invalid_inference_url"),
+    ("url-not-a-string", request_body(inference_url=["http://127.0.0.1:9/v1"]), "invalid_policy_config"),
+    (
+        "unknown-provider",
+        request_body(policy={"policy_name": "crafter-react", "config": {"model": "m", "provider": "azure"}}),
+        "invalid_policy_config",
+    ),
     # run ids
-    ("run-id-slash", body(run_id="a/b"), "invalid_request"),
-    ("run-id-dot-dot", body(run_id=".."), "invalid_request"),
-    ("run-id-single-dot", body(run_id="."), "invalid_request"),
-    ("run-id-parent-path", body(run_id="..:..:etc"), "invalid_request"),
-    ("run-id-dots-inside", body(run_id="a..b"), "invalid_request"),
-    ("run-id-nul", body(run_id="run\x00id"), "invalid_request"),
-    ("run-id-backslash", body(run_id="a\\b"), "invalid_request"),
-    ("run-id-unicode", body(run_id="rün"), "invalid_request"),
-    ("run-id-10-kb", body(run_id="r" * 10_240), "invalid_request"),
-    ("run-id-201-chars", body(run_id="r" * 201), "invalid_request"),
-    ("run-id-empty", body(run_id=""), "invalid_request"),
+    ("run-id-slash", request_body(decisions=1, run_id="a/b"), "invalid_request"),
+    ("run-id-dot-dot", request_body(decisions=1, run_id=".."), "invalid_request"),
+    ("run-id-single-dot", request_body(decisions=1, run_id="."), "invalid_request"),
+    ("run-id-parent-path", request_body(decisions=1, run_id="..:..:etc"), "invalid_request"),
+    ("run-id-dots-inside", request_body(decisions=1, run_id="a..b"), "invalid_request"),
+    ("run-id-nul", request_body(decisions=1, run_id="run\x00id"), "invalid_request"),
+    ("run-id-backslash", request_body(decisions=1, run_id="a\\b"), "invalid_request"),
+    ("run-id-unicode", request_body(decisions=1, run_id="rün"), "invalid_request"),
+    ("run-id-10-kb", request_body(decisions=1, run_id="r" * 10_240), "invalid_request"),
+    ("run-id-201-chars", request_body(decisions=1, run_id="r" * 201), "invalid_request"),
+    ("run-id-empty", request_body(decisions=1, run_id=""), "invalid_request"),
 ]
 
 
 @pytest.mark.parametrize(("request_json", "code"), [case[1:] for case in INVALID], ids=[case[0] for case in INVALID])
 def test_rollout_mistakes_are_422_with_a_precise_code(client: httpx.Client, request_json: Any, code: str) -> None:
     response = client.post("/rollout", json=request_json)
-    error = expect(response, 422, code)
+    error = error_body(response, 422, code)
     if isinstance(request_json, dict) and isinstance(request_json.get("policy"), dict):
         assert_no_key_material(json.dumps(error), ("secret",))  # a URL's password is never echoed
 
 
 def test_a_provider_without_a_vendor_key_is_503_not_500(client: httpx.Client) -> None:
     """The policy is built after admission; its NotConfigured used to surface as a 500 (task group wrapping)."""
-    request = react(inference_url=None, provider="openai")
-    expect(client.post("/rollout", json=request), 503, "missing_openai_api_key")
-    expect(client.post("/rollout", json=react(inference_url=None, provider="groq")), 503, "missing_groq_api_key")
+    request = request_body(policy={"policy_name": "crafter-react", "config": {"model": "m", "provider": "openai"}})
+    error_body(client.post("/rollout", json=request), 503, "missing_openai_api_key")
+    error_body(
+        client.post(
+            "/rollout",
+            json=request_body(policy={"policy_name": "crafter-react", "config": {"model": "m", "provider": "groq"}}),
+        ),
+        503,
+        "missing_groq_api_key",
+    )
 
 
 # --- run ids in paths and the abort body -----------------------------------------------------------
@@ -290,7 +319,7 @@ def test_a_provider_without_a_vendor_key_is_503_not_500(client: httpx.Client) ->
     ids=["slash", "dotdot", "dots-inside", "nul", "10-kb", "unicode"],
 )
 def test_abort_with_a_hostile_run_id_is_422(client: httpx.Client, run_id_text: str) -> None:
-    expect(client.post("/run/abort", json={"run_id": run_id_text}), 422, "invalid_request")
+    error_body(client.post("/run/abort", json={"run_id": run_id_text}), 422, "invalid_request")
 
 
 @pytest.mark.parametrize(
@@ -307,7 +336,7 @@ def test_abort_with_a_hostile_run_id_is_422(client: httpx.Client, run_id_text: s
     ids=["slash", "dots-inside", "nul", "10-kb", "unicode", "traversal", "well-formed-but-unknown"],
 )
 def test_run_status_with_a_hostile_run_id(client: httpx.Client, path: str, status: int, code: str) -> None:
-    expect(client.get(path), status, code)
+    error_body(client.get(path), status, code)
 
 
 # --- /task_info ------------------------------------------------------------------------------------
@@ -354,7 +383,7 @@ def test_task_info_seed_forms(client: httpx.Client, params: dict[str, Any], code
         assert response.status_code == 200
         assert response.json()["dataset"]["seed"] == 0
     else:
-        expect(response, 422, code)
+        error_body(response, 422, code)
 
 
 # --- the size limit -------------------------------------------------------------------------------
@@ -363,12 +392,12 @@ def test_task_info_seed_forms(client: httpx.Client, params: dict[str, Any], code
 def test_one_byte_over_the_body_limit_is_413(make_app_server: Callable[..., AppServer]) -> None:
     server = make_app_server(max_body_bytes=4096, warm_up=False)
     client = server.client()
-    request = json.dumps(body(padding="")).encode()
+    request = json.dumps(request_body(decisions=1, padding="")).encode()
     at_limit = request[:-1] + b" " * (4096 - len(request)) + b"}"
     assert len(at_limit) == 4096
     assert client.post("/rollout", content=at_limit, headers=JSON).status_code == 200
     over = at_limit[:-1] + b" }"
-    expect(client.post("/rollout", content=over, headers=JSON), 413, "payload_too_large")
-    expect(client.post("/run/abort", content=b" " * 5000 + b"{}", headers=JSON), 413, "payload_too_large")
-    expect(client.post("/proxy/v1/chat/completions", content=b" " * 5000, headers=JSON), 413, "payload_too_large")
+    error_body(client.post("/rollout", content=over, headers=JSON), 413, "payload_too_large")
+    error_body(client.post("/run/abort", content=b" " * 5000 + b"{}", headers=JSON), 413, "payload_too_large")
+    error_body(client.post("/proxy/v1/chat/completions", content=b" " * 5000, headers=JSON), 413, "payload_too_large")
     assert client.get("/health").status_code == 200

@@ -16,12 +16,9 @@ from __future__ import annotations
 import gc
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -29,10 +26,9 @@ import httpx
 import pytest
 from conftest import AppServer, open_rollout, wait_until
 from fake_model import HANG_LIMIT_S, Behaviour, Exchange, FakeModel, error, tool_call
-from helpers import request_body
-from test_crash_storage import ServerProcess, server_process
+from helpers import error_body, request_body
 
-from task_app.core.contracts import ErrorResponse, RolloutResponse
+from task_app.core.contracts import RolloutResponse
 from task_app.game import GameEnv
 from task_app.game.episode import Game
 from task_app.rollout.engine import RolloutEngine
@@ -41,22 +37,6 @@ pytestmark = pytest.mark.usefixtures("no_key_in_logs")
 
 WAIT_S = 10.0
 SEED = 7  # one seed for every rollout here: after the first, its world comes from the cache
-
-
-def new_run_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def react(model: FakeModel, decisions: int = 3, **fields: Any) -> dict[str, Any]:
-    body = request_body(
-        run_id=new_run_id("client"),
-        ops=["agent", "env"] * decisions,
-        env={"seed": SEED},
-        policy={"policy_name": "crafter-react"},
-        **fields,
-    )
-    body["policy"]["config"] = {"model": "fake-model", "inference_url": model.url(), "max_llm_calls": decisions}
-    return body
 
 
 def held(gate: threading.Event, seen: dict[str, int]) -> Behaviour:
@@ -88,12 +68,12 @@ def live() -> dict[type, list[Any]]:
     return found
 
 
-def tasks(server: AppServer | ServerProcess) -> int:
+def tasks(server: AppServer) -> int:
     count: int = server.health()["runtime"]["tasks"]
     return count
 
 
-def settle(server: AppServer | ServerProcess, baseline: int) -> None:
+def settle(server: AppServer, baseline: int) -> None:
     """Wait until the server is back to `baseline` tasks (a finishing response may take a moment)."""
     wait_until(lambda: tasks(server) <= baseline)
     assert tasks(server) == baseline
@@ -108,7 +88,7 @@ def pool() -> Iterator[ThreadPoolExecutor]:
 @pytest.fixture(scope="module", autouse=True)
 def warm_world(app_server: AppServer) -> None:
     """Generate SEED's world once, so the timing tests below restore it from the cache."""
-    scripted = request_body(run_id=new_run_id("warm"), env={"seed": SEED}, ops=["agent", "env"])
+    scripted = request_body(decisions=1, env={"seed": SEED})
     assert app_server.client().post("/rollout", json=scripted).status_code == 200
 
 
@@ -132,7 +112,7 @@ def test_a_disconnect_cancels_the_rollout_and_frees_everything(
     baseline_tasks = tasks(app_server)
     before = live()
 
-    bodies = [react(fake_model, decisions=4) for _ in range(clients)]
+    bodies = [request_body(inference_url=fake_model.url(), decisions=4, env={"seed": SEED}) for _ in range(clients)]
     sockets = [open_rollout(app_server.base_url, body, timeout=WAIT_S) for body in bodies]
     try:
         wait_until(lambda: len(fake_model.requests) == clients)  # every rollout is waiting for its model
@@ -164,7 +144,7 @@ def test_the_same_run_id_sent_eight_times_at_once_runs_once(
 ) -> None:
     gate, seen = threading.Event(), {}
     fake_model.default = held(gate, seen)
-    body = react(fake_model, decisions=2)
+    body = request_body(inference_url=fake_model.url(), decisions=2, env={"seed": SEED})
     clients = [app_server.client(timeout=WAIT_S) for _ in range(8)]
     for each in clients:
         each.get("/health")  # connected before the race
@@ -179,8 +159,7 @@ def test_the_same_run_id_sent_eight_times_at_once_runs_once(
         wait_until(lambda: sum(future.done() for future in futures) == len(clients) - 1)
         refused = [future.result() for future in futures if future.done()]
         for response in refused:
-            assert response.status_code == 409, response.text
-            assert ErrorResponse.model_validate(response.json()).error.code == "run_in_progress"
+            error_body(response, 409, "run_in_progress")
         assert app_server.health()["rollouts"]["active"] == 1
     finally:
         gate.set()
@@ -200,14 +179,15 @@ def test_abort_during_a_retry_backoff_is_prompt(
     """The model said Retry-After: 20 (honoured up to 30 s here); abort ends the wait at once."""
     server = make_app_server(inference_backoff_max_s=30.0, warm_up=False)
     fake_model.default = error(429, retry_after="20")
-    body = react(fake_model, decisions=2)
+    body = request_body(inference_url=fake_model.url(), decisions=2, env={"seed": SEED})
     running = pool.submit(server.client(timeout=WAIT_S).post, "/rollout", json=body)
     wait_until(lambda: len(fake_model.requests) == 1)
     time.sleep(0.05)  # let the rollout enter its 20 s backoff sleep (not a wait for a result)
     aborted_at = time.monotonic()
     assert server.client().post("/run/abort", json={"run_id": body["run_id"]}).status_code == 200
     response = running.result(timeout=WAIT_S)
-    assert time.monotonic() - aborted_at < 0.5
+    # Not waited out: a quarter of the backoff, however loaded the machine (the answer takes milliseconds).
+    assert time.monotonic() - aborted_at < 5.0
     result = response.json()
     assert result["aborted"] is True and result["metrics"]["details"]["stop_reason"] == "aborted"
     assert len(fake_model.requests) == 1  # no retry after the abort
@@ -221,7 +201,7 @@ def test_aborting_every_running_rollout_at_once(
     gate, seen = threading.Event(), {}
     fake_model.default = held(gate, seen)
     baseline_tasks = tasks(server)
-    bodies = [react(fake_model, decisions=3) for _ in range(8)]
+    bodies = [request_body(inference_url=fake_model.url(), decisions=3, env={"seed": SEED}) for _ in range(8)]
     running = [pool.submit(server.client(timeout=WAIT_S).post, "/rollout", json=body) for body in bodies]
     try:
         wait_until(lambda: len(fake_model.requests) == len(bodies))
@@ -243,49 +223,49 @@ def test_aborting_every_running_rollout_at_once(
 # --- twice the concurrency cap at once ---------------------------------------------------------------
 
 CAP = 8
-REFUSAL_S = 0.05
 
 
-def test_twice_the_cap_at_once_the_excess_is_refused_within_50_ms(
-    tmp_path: Path, fake_model: FakeModel, pool: ThreadPoolExecutor
+def test_twice_the_cap_at_once_the_excess_is_refused_before_any_work(
+    make_app_server: Callable[..., AppServer], fake_model: FakeModel, pool: ThreadPoolExecutor
 ) -> None:
-    """In its own process, so the measured time is the server's, not this process's GIL contention."""
+    """Sixteen requests at once against a cap of eight. The eight refusals are all answered while every
+    admitted rollout still waits for its model, so a refusal never waits for a slot; and they cost
+    nothing a rollout costs: no world restored, no model called. Counted, not timed: on a loaded
+    2-core machine a refusal's wall time is the scheduler's, not the server's."""
+    server = make_app_server(max_concurrent_rollouts=CAP, warm_up=False)
     gate, seen = threading.Event(), {}
-    with ExitStack() as stack:
-        server = stack.enter_context(server_process(tmp_path, traces_db=tmp_path / "t.db", max_concurrent_rollouts=CAP))
-        warm = request_body(run_id=new_run_id("warm"), env={"seed": SEED}, ops=["agent", "env"])
-        assert stack.enter_context(server.client()).post("/rollout", json=warm).status_code == 200
-        fake_model.default = held(gate, seen)
-        baseline_tasks = tasks(server)
-        bodies = [react(fake_model, decisions=2) for _ in range(2 * CAP)]
-        clients = [stack.enter_context(server.client(timeout=WAIT_S)) for _ in bodies]
-        for each in clients:
-            each.get("/health")  # connections open before the burst
-        barrier = threading.Barrier(len(bodies))
+    assert server.client().post("/rollout", json=request_body(decisions=1, env={"seed": SEED})).status_code == 200
+    fake_model.default = held(gate, seen)
+    baseline_tasks = tasks(server)
+    worlds_before = server.health()["world_cache"]
+    bodies = [request_body(inference_url=fake_model.url(), decisions=2, env={"seed": SEED}) for _ in range(2 * CAP)]
+    clients = [server.client(timeout=WAIT_S) for _ in bodies]
+    for each in clients:
+        each.get("/health")  # connections open before the burst
+    barrier = threading.Barrier(len(bodies))
 
-        def post(each: httpx.Client, body: dict[str, Any]) -> tuple[httpx.Response, float]:
-            barrier.wait()
-            started = time.perf_counter()
-            response = each.post("/rollout", json=body)
-            return response, time.perf_counter() - started
+    def post(each: httpx.Client, body: dict[str, Any]) -> httpx.Response:
+        barrier.wait()
+        return each.post("/rollout", json=body)
 
-        futures = [pool.submit(post, each, body) for each, body in zip(clients, bodies, strict=True)]
-        try:
-            wait_until(lambda: sum(future.done() for future in futures) == CAP)
-            refused = [future.result() for future in futures if future.done()]
-            assert server.health()["rollouts"] == {"active": CAP, "limit": CAP}
-        finally:
-            gate.set()
-        for response, elapsed in refused:
-            assert response.status_code == 429, response.text
-            assert ErrorResponse.model_validate(response.json()).error.code == "capacity_exceeded"
-            assert int(response.headers["Retry-After"]) >= 1
-            assert elapsed < REFUSAL_S, f"a refusal took {elapsed * 1000:.0f} ms"
-        admitted = [future.result(timeout=WAIT_S)[0] for future in futures if future.result()[0].status_code != 429]
-        assert len(admitted) == CAP
-        for response in admitted:
-            result = RolloutResponse.model_validate(response.json())
-            assert result.aborted is False and result.metrics.num_steps == 2
-        assert len(fake_model.requests) == 2 * CAP  # two decisions each, for the admitted only
-        assert server.health()["rollouts"]["active"] == 0
-        settle(server, baseline_tasks)
+    futures = [pool.submit(post, each, body) for each, body in zip(clients, bodies, strict=True)]
+    try:
+        wait_until(lambda: sum(future.done() for future in futures) == CAP)
+        wait_until(lambda: len(fake_model.requests) == CAP)  # every admitted rollout waits for its first answer
+        refused = [future.result() for future in futures if future.done()]
+        assert server.health()["rollouts"] == {"active": CAP, "limit": CAP}
+        worlds = server.health()["world_cache"]
+        assert (worlds["hits"], worlds["misses"]) == (worlds_before["hits"] + CAP, worlds_before["misses"])
+    finally:
+        gate.set()
+    for response in refused:
+        error_body(response, 429, "capacity_exceeded")
+        assert int(response.headers["Retry-After"]) >= 1
+    admitted = [future.result(timeout=WAIT_S) for future in futures if future.result() not in refused]
+    assert len(admitted) == CAP
+    for response in admitted:
+        result = RolloutResponse.model_validate(response.json())
+        assert result.aborted is False and result.metrics.num_steps == 2
+    assert len(fake_model.requests) == 2 * CAP  # two decisions each, for the admitted only
+    assert server.health()["rollouts"]["active"] == 0
+    settle(server, baseline_tasks)

@@ -24,7 +24,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -37,7 +36,7 @@ import httpx
 import pytest
 from conftest import SECRETS, TEST_KEY, AppServer, assert_no_key_material, wait_until
 from fake_model import FakeModel, delay, tool_call
-from helpers import request_body
+from helpers import first_line, request_body
 
 from task_app.core.contracts import RolloutResponse
 from task_app.tracing import TraceStore
@@ -123,17 +122,17 @@ def server_process(log_dir: Path, *, prefix: Sequence[str] = (), **settings: Any
     assert process.stdout is not None
     served = ServerProcess(process, "", log_path)
     try:
-        line = process.stdout.readline()
-        assert line, f"the server exited before printing its port: {log_path.read_text()[-2000:]}"
+        line = first_line(process, START_TIMEOUT_S)
+        assert line, f"the server did not print its port: {log_path.read_text()[-2000:]}"
         served.base_url = f"http://127.0.0.1:{json.loads(line)['port']}"
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
+
+        def ready() -> bool:
             assert process.poll() is None, f"the server exited: {log_path.read_text()[-2000:]}"
             with suppress(httpx.TransportError):
-                if httpx.get(served.base_url + "/health", timeout=2.0, trust_env=False).status_code == 200:
-                    break
-            assert time.monotonic() < deadline, "the server did not become ready"
-            time.sleep(0.02)  # polling interval
+                return httpx.get(served.base_url + "/health", timeout=2.0, trust_env=False).status_code == 200
+            return False
+
+        wait_until(ready, timeout=START_TIMEOUT_S, interval=0.02)
         yield served
     finally:
         served.stop()
@@ -154,17 +153,6 @@ needs_namespaces = pytest.mark.skipif(not namespaces_available(), reason="needs 
 
 
 # --- helpers ----------------------------------------------------------------------------------------
-
-
-def react(model: FakeModel, decisions: int, run_id: str | None = None) -> dict[str, Any]:
-    body = request_body(
-        run_id=run_id or f"crash-{uuid.uuid4().hex[:10]}",
-        ops=["agent", "env"] * decisions,
-        policy={"policy_name": "crafter-react"},
-        env={"seed": 3},
-    )
-    body["policy"]["config"] = {"model": "fake-model", "inference_url": model.url(), "max_llm_calls": decisions}
-    return body
 
 
 def storage_of(response: httpx.Response) -> dict[str, Any]:
@@ -192,7 +180,7 @@ def test_sigkill_during_16_rollouts_loses_no_answered_rollout(tmp_path: Path, fa
     db = tmp_path / "traces" / "traces.db"
     fake_model.default = delay(0.02, tool_call("move_left", "do"))  # ~25 ms per decision
     decisions = [4 + 8 * index for index in range(16)]  # 0.1 s ... 3 s of model time
-    bodies = [react(fake_model, count) for count in decisions]
+    bodies = [request_body(inference_url=fake_model.url(), decisions=count, env={"seed": 3}) for count in decisions]
     answered: dict[str, int] = {}
     lock = threading.Lock()
 
@@ -225,7 +213,7 @@ def test_sigkill_during_16_rollouts_loses_no_answered_rollout(tmp_path: Path, fa
         health = second.health()
         assert health["storage"]["status"] == "ok"
         with second.client() as client:
-            again = react(fake_model, 3)
+            again = request_body(inference_url=fake_model.url(), decisions=3, env={"seed": 3})
             assert storage_of(client.post("/rollout", json=again)) == {"stored": True}
     after = db_rows(db)
     assert after[again["run_id"]] == 3
@@ -261,11 +249,15 @@ def test_storage_failure_degrades_visibly_and_recovers(
 ) -> None:
     server = make_app_server(warm_up=False)
     client = server.client()
-    assert storage_of(client.post("/rollout", json=react(fake_model, 2))) == {"stored": True}
+    assert storage_of(
+        client.post("/rollout", json=request_body(inference_url=fake_model.url(), decisions=2, env={"seed": 3}))
+    ) == {"stored": True}
     assert server.health()["storage"]["status"] == "ok"
 
     _on_server_loop(server, fail)
-    storage = storage_of(client.post("/rollout", json=react(fake_model, 2)))  # the rollout still succeeds
+    storage = storage_of(
+        client.post("/rollout", json=request_body(inference_url=fake_model.url(), decisions=2, env={"seed": 3}))
+    )  # the rollout still succeeds
     assert storage["stored"] is False and error in storage["error"]
     health = server.health()
     assert health["healthy"] is True  # still serving: storage trouble is not unreadiness
@@ -273,7 +265,9 @@ def test_storage_failure_degrades_visibly_and_recovers(
     assert storage_of(client.post("/rollout", json=request_body(run_id=f"s-{uuid.uuid4().hex}")))["stored"] is False
 
     _on_server_loop(server, recover)
-    assert storage_of(client.post("/rollout", json=react(fake_model, 2))) == {"stored": True}
+    assert storage_of(
+        client.post("/rollout", json=request_body(inference_url=fake_model.url(), decisions=2, env={"seed": 3}))
+    ) == {"stored": True}
     health = server.health()["storage"]
     assert health["status"] == "ok" and health["failures"] == 2 and health["written"] == 2
 
@@ -319,7 +313,9 @@ def test_a_read_only_volume(tmp_path: Path, fake_model: FakeModel) -> None:
         health = server.health()
         assert health["healthy"] is True and health["storage"]["status"] == "degraded"
         with server.client() as client:
-            storage = storage_of(client.post("/rollout", json=react(fake_model, 2)))
+            storage = storage_of(
+                client.post("/rollout", json=request_body(inference_url=fake_model.url(), decisions=2, env={"seed": 3}))
+            )
         assert storage["stored"] is False and storage["error"]
         assert server.health()["storage"]["status"] == "degraded"
     assert db_rows(volume / "traces.db") == {}  # nothing was written behind the mount's back
@@ -334,17 +330,21 @@ def test_a_full_disk_and_its_recovery(tmp_path: Path, fake_model: FakeModel) -> 
     with server_process(tmp_path, prefix=small_disk, traces_db=volume / "traces.db") as server:
         seen = Path(f"/proc/{server.pid}/root") / volume.relative_to("/")  # the tmpfs, as the server sees it
         with server.client() as client:
-            assert storage_of(client.post("/rollout", json=react(fake_model, 2))) == {"stored": True}
+            assert storage_of(
+                client.post("/rollout", json=request_body(inference_url=fake_model.url(), decisions=2, env={"seed": 3}))
+            ) == {"stored": True}
             filler = seen / "filler"
             with filler.open("wb", buffering=0) as handle, suppress(OSError):  # unbuffered: close has nothing to flush
                 while True:
                     handle.write(b"\0" * 65536)
-            storage = storage_of(client.post("/rollout", json=react(fake_model, 8)))
+            storage = storage_of(
+                client.post("/rollout", json=request_body(inference_url=fake_model.url(), decisions=8, env={"seed": 3}))
+            )
             assert storage["stored"] is False and "full" in storage["error"]
             assert server.health()["storage"]["status"] == "degraded"
 
             filler.unlink()
-            recovered = react(fake_model, 2)
+            recovered = request_body(inference_url=fake_model.url(), decisions=2, env={"seed": 3})
             assert storage_of(client.post("/rollout", json=recovered)) == {"stored": True}
             assert server.health()["storage"]["status"] == "ok"
             # SQLite resolves /proc/<pid>/root to our own root: read a copy (the server is idle now)

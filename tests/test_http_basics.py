@@ -8,20 +8,18 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from conftest import ALIAS_KEY, TEST_KEY, AppServer
 from fastapi import FastAPI
+from helpers import SAMPLES, error_body
 
-from task_app.core.contracts import ErrorResponse
 from task_app.game import ACTIONS
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")
 
-SAMPLES = Path(__file__).resolve().parent / "samples"
 # Routes anyone may call. FastAPI's docs routes are public when enabled: the schema is the public
 # contract and carries no secret (see the report on whether to keep them enabled in production).
 PUBLIC_PATHS = frozenset(
@@ -46,17 +44,6 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 def _sample(name: str) -> Any:
     return json.loads((SAMPLES / name).read_text())
-
-
-def _error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    """The contract's error body: `{"error": {"code", "message", ...}, "detail": message}`."""
-    assert response.status_code == status, response.text
-    body: dict[str, Any] = response.json()
-    parsed = ErrorResponse.model_validate(body)
-    assert parsed.error.code == code
-    assert parsed.detail == parsed.error.message
-    assert parsed.error.message
-    return body
 
 
 def route_table(app: FastAPI) -> list[tuple[str, str]]:
@@ -115,9 +102,9 @@ def test_no_key_configured_means_not_ready_and_503(make_app_server: Any, key: st
         assert body["auth"] == {"required": True, "configured": False}
     assert anonymous.get("/").status_code == 200
     for client in (anonymous, keyed):
-        _error(client.get("/info"), 503, "missing_environment_api_key")
-        _error(client.post("/rollout", json={}), 503, "missing_environment_api_key")
-        _error(client.get("/run/status/anything"), 503, "missing_environment_api_key")
+        error_body(client.get("/info"), 503, "missing_environment_api_key")
+        error_body(client.post("/rollout", json={}), 503, "missing_environment_api_key")
+        error_body(client.get("/run/status/anything"), 503, "missing_environment_api_key")
 
 
 # --- auth -----------------------------------------------------------------------------------------
@@ -140,7 +127,7 @@ def test_accepted_ways_to_present_a_key(app_server: AppServer, headers: dict[str
     client = app_server.client(key=None, headers=headers)
     assert client.get("/info").status_code == 200
     assert client.post("/done").status_code == 200
-    _error(client.get("/run/status/never-ran"), 404, "run_not_found")  # past auth
+    error_body(client.get("/run/status/never-ran"), 404, "run_not_found")  # past auth
 
 
 @pytest.mark.parametrize(
@@ -160,9 +147,9 @@ def test_accepted_ways_to_present_a_key(app_server: AppServer, headers: dict[str
 )
 def test_rejected_keys_get_401(app_server: AppServer, headers: dict[str, str]) -> None:
     client = app_server.client(key=None, headers=headers)
-    _error(client.get("/info"), 401, "unauthorized")
-    _error(client.post("/rollout", json={"run_id": "x"}), 401, "unauthorized")
-    _error(
+    error_body(client.get("/info"), 401, "unauthorized")
+    error_body(client.post("/rollout", json={"run_id": "x"}), 401, "unauthorized")
+    error_body(
         client.post("/rollout", content=b"{not json", headers={"Content-Type": "application/json"}), 401, "unauthorized"
     )
 
@@ -185,7 +172,7 @@ def test_every_route_outside_the_public_list_requires_a_key(app_server: AppServe
             assert anonymous.request(method, url, **kwargs).status_code == 200, (method, path)
             continue
         for client in (anonymous, wrong):
-            _error(client.request(method, url, **kwargs), 401, "unauthorized")
+            error_body(client.request(method, url, **kwargs), 401, "unauthorized")
         checked += 1
     assert checked >= len({pair for pair in CONTRACT_ROUTES if pair[1] not in PUBLIC_PATHS})
 
@@ -276,14 +263,14 @@ def test_task_info_traits_count_trees(client: httpx.Client) -> None:
 
 
 def test_task_info_rejects_too_many_seeds(client: httpx.Client) -> None:
-    body = _error(client.get("/task_info", params={"seed": list(range(257))}), 422, "too_many_seeds")
+    body = error_body(client.get("/task_info", params={"seed": list(range(257))}), 422, "too_many_seeds")
     assert "256" in body["error"]["message"]
     assert client.get("/task_info", params={"seed": list(range(256))[:1]}).status_code == 200
 
 
 @pytest.mark.parametrize("value", ["abc", "1.5", ""])
 def test_task_info_rejects_non_integer_seeds(client: httpx.Client, value: str) -> None:
-    _error(client.get("/task_info", params={"seed": value}), 422, "invalid_request")
+    error_body(client.get("/task_info", params={"seed": value}), 422, "invalid_request")
 
 
 @pytest.mark.parametrize("value", [-1, 2**31, 10**30])
@@ -292,7 +279,7 @@ def test_task_info_rejects_seeds_out_of_range(client: httpx.Client, value: int) 
     assert response.status_code == 422
     assert response.json()["error"]["code"] in {"seed_out_of_range", "invalid_request"}
     if abs(value) < 2**63:
-        _error(response, 422, "seed_out_of_range")
+        error_body(response, 422, "seed_out_of_range")
 
 
 def test_done(app_server: AppServer, client: httpx.Client) -> None:

@@ -11,7 +11,9 @@ import socket
 import time
 
 import anyio
+import anyio.to_thread
 import pytest
+from conftest import wait_until
 from fake_model import FakeModel, delay, drop, error, hang, huge, raw, text, tool_call
 from pydantic import SecretStr
 
@@ -309,7 +311,7 @@ async def test_hanging_server_returns_by_the_deadline(model: FakeModel) -> None:
             await InferenceClient(http, FAST).chat(_target(model), BODY, deadline=start + 1.0)
         elapsed = anyio.current_time() - start
     assert caught.value.code == "inference_timeout"
-    assert 0.9 <= elapsed < 1.5
+    assert 0.9 <= elapsed < 3.0  # the 1 s deadline ended it, not the 5 s read timeout
 
 
 async def test_no_sleep_past_the_deadline(model: FakeModel) -> None:
@@ -321,7 +323,7 @@ async def test_no_sleep_past_the_deadline(model: FakeModel) -> None:
             await InferenceClient(http, limits).chat(_target(model), BODY, deadline=start + 1.0)
         elapsed = anyio.current_time() - start
     assert caught.value.code == "inference_unavailable" and "no time left" in str(caught.value)
-    assert elapsed < 0.5 and len(model.requests) == 1
+    assert elapsed < 1.0 and len(model.requests) == 1  # gave up at once: it did not sleep to the deadline
 
 
 async def test_expired_deadline_sends_nothing(model: FakeModel) -> None:
@@ -343,8 +345,8 @@ async def test_huge_streamed_answer_is_cut_off(model: FakeModel) -> None:
         elapsed = time.monotonic() - start
     assert caught.value.code == "inference_response_too_large"
     assert elapsed < 2.0
-    await anyio.sleep(0.2)
-    assert model.stats.get("huge_bytes_sent", 0) < 20 * 1024 * 1024  # the server saw us hang up
+    await anyio.to_thread.run_sync(wait_until, lambda: "huge_bytes_sent" in model.stats)  # the server saw us hang up
+    assert model.stats["huge_bytes_sent"] < 20 * 1024 * 1024
 
 
 async def test_declared_huge_answer_is_refused_before_reading(model: FakeModel) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import AppServer, start_app_server
+from conftest import AppServer, start_app_server, wait_until
 
 from task_app.web.loop_lag import BUCKETS_MS, LoopLagProbe
 
@@ -45,10 +45,8 @@ async def test_a_blocked_loop_shows_as_lag() -> None:
 def test_health_reports_the_probe_only_when_enabled(make_app_server: Callable[..., AppServer]) -> None:
     assert "event_loop" not in make_app_server(warm_up=False).health()
     probed = make_app_server(warm_up=False, loop_lag_probe_s=0.005)
-    deadline = time.monotonic() + 5
-    while (report := probed.health()["event_loop"])["samples"] == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert report["interval_ms"] == 5.0 and report["samples"] > 0
+    wait_until(lambda: probed.health()["event_loop"]["samples"] > 0, timeout=5.0)
+    assert probed.health()["event_loop"]["interval_ms"] == 5.0
 
 
 def test_start_up_objects_are_kept_out_of_full_collections_while_serving(tmp_path: Path) -> None:

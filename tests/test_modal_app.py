@@ -126,7 +126,7 @@ class _RecordingStub:
     def __init__(self) -> None:
         self.requests: list[Any] = []
 
-    async def FunctionCreate(self, request: Any, **_: Any) -> Any:  # noqa: N802 - Modal's RPC name
+    async def FunctionCreate(self, request: Any, **_: Any) -> Any:  # Modal's RPC name
         self.requests.append(request)
         raise _Captured
 

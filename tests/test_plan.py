@@ -26,7 +26,7 @@ def _error(settings: Settings | None = None, **overrides: Any) -> TaskAppError:
 
 
 def test_defaults() -> None:
-    plan = make_plan()
+    plan = make_plan(run_id="test-run")
     assert (plan.run_id, plan.mode, plan.env_name, plan.policy_name) == (
         "test-run",
         "eval",

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from conftest import TEST_KEY, AppServer, assert_no_key_material
 from fake_model import FakeModel, drop, error, hang, raw, text, tool_call
+from helpers import error_body, request_body
 
 from task_app.policy.inference import chat_params
 from task_app.policy.vendors import (
@@ -64,12 +65,6 @@ def _sent(model: FakeModel) -> dict[str, Any]:
     return body
 
 
-def _error(response: Any) -> dict[str, Any]:
-    error: dict[str, Any] = response.json()["error"]
-    assert response.json()["detail"] == error["message"]
-    return error
-
-
 # --- auth, keys, refusals --------------------------------------------------------------------------
 
 
@@ -77,8 +72,7 @@ def _error(response: Any) -> dict[str, Any]:
 def test_proxy_requires_the_app_key(vendor_app: AppServer, fake_model: FakeModel, path: str) -> None:
     for key in (None, "wrong-key"):
         response = _post(vendor_app, path, {"model": "gpt-4o-mini", "messages": [USER]}, key=key)
-        assert response.status_code == 401
-        assert _error(response)["code"] == "unauthorized"
+        error_body(response, 401, "unauthorized")
     assert fake_model.requests == []
 
 
@@ -90,18 +84,16 @@ def test_missing_vendor_key_is_503(
 ) -> None:
     server = make_app_server(openai_base_url=fake_model.url("/v1"), groq_base_url=fake_model.url("/openai/v1"))
     response = _post(server, path, {"model": "llama-3.3-70b-versatile", "messages": [USER]})
-    assert response.status_code == 503
-    error = _error(response)
-    assert error["code"] == code
-    assert ("OPENAI_API_KEY" if "openai" in code else "GROQ_API_KEY") in error["message"]
+    problem = error_body(response, 503)["error"]
+    assert problem["code"] == code
+    assert ("OPENAI_API_KEY" if "openai" in code else "GROQ_API_KEY") in problem["message"]
     assert fake_model.requests == []
 
 
 @pytest.mark.parametrize("path", [OPENAI_PATH, GROQ_PATH])
 def test_streaming_is_refused_with_400(vendor_app: AppServer, fake_model: FakeModel, path: str) -> None:
     response = _post(vendor_app, path, {"model": "gpt-4o-mini", "messages": [USER], "stream": True})
-    assert response.status_code == 400
-    assert _error(response)["code"] == "streaming_not_supported"
+    error_body(response, 400, "streaming_not_supported")
     assert fake_model.requests == []
 
 
@@ -120,16 +112,14 @@ def test_bad_bodies_are_client_errors(
     vendor_app: AppServer, fake_model: FakeModel, body: Any, status: int, code: str
 ) -> None:
     response = _post(vendor_app, OPENAI_PATH, body)
-    assert response.status_code == status
-    assert _error(response)["code"] == code
+    error_body(response, status, code)
     assert fake_model.requests == []
 
 
 def test_invalid_json_is_400(vendor_app: AppServer) -> None:
     client = vendor_app.client()
     response = client.post(OPENAI_PATH, content=b"{not json", headers={"Content-Type": "application/json"})
-    assert response.status_code == 400
-    assert _error(response)["code"] == "invalid_json"
+    error_body(response, 400, "invalid_json")
 
 
 # --- what the vendor receives ----------------------------------------------------------------------
@@ -334,11 +324,10 @@ def test_vendor_4xx_is_502_with_status_and_a_sanitised_body(vendor_app: AppServe
     }
     fake_model.script(error(401, body=body))
     response = _post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]})
-    assert response.status_code == 502
-    error_body = _error(response)
-    assert error_body["code"] == "openai_error"
-    assert (error_body["vendor"], error_body["status"]) == ("openai", 401)
-    vendor_error = error_body["body"]["error"]
+    problem = error_body(response, 502)["error"]
+    assert problem["code"] == "openai_error"
+    assert (problem["vendor"], problem["status"]) == ("openai", 401)
+    vendor_error = problem["body"]["error"]
     assert vendor_error["type"] == "invalid_request_error"
     assert vendor_error["code"] == "invalid_api_key"
     assert vendor_error["message"].startswith("Incorrect API key provided: [redacted]")
@@ -348,25 +337,26 @@ def test_vendor_4xx_is_502_with_status_and_a_sanitised_body(vendor_app: AppServe
 def test_vendor_errors_keep_their_status(vendor_app: AppServer, fake_model: FakeModel, status: int) -> None:
     fake_model.script(error(status))
     response = _post(vendor_app, GROQ_PATH, {"model": "llama-3.1-8b-instant", "messages": [USER]})
-    assert response.status_code == 502
-    error_body = _error(response)
-    assert (error_body["code"], error_body["status"]) == ("groq_error", status)
-    assert error_body["body"] == {"error": {"message": f"fake error {status}", "type": "fake_error"}}
+    problem = error_body(response, 502)["error"]
+    assert (problem["code"], problem["status"]) == ("groq_error", status)
+    assert problem["body"] == {"error": {"message": f"fake error {status}", "type": "fake_error"}}
     assert len(fake_model.requests) == 1  # one attempt: the caller owns retries
 
 
 def test_vendor_429_reports_retry_after(vendor_app: AppServer, fake_model: FakeModel) -> None:
     fake_model.script(error(429, retry_after=7))
-    error_body = _error(_post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]}))
-    assert (error_body["status"], error_body["retry_after_s"]) == (429, 7)
+    problem = error_body(_post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]}), 502)["error"]
+    assert (problem["status"], problem["retry_after_s"]) == (429, 7)
 
 
 def test_non_json_error_body_is_cut_and_redacted(vendor_app: AppServer, fake_model: FakeModel) -> None:
     fake_model.script(raw(f"<html>bad gateway {GROQ_KEY} {'x' * 5000}</html>", status=502, content_type="text/html"))
-    error_body = _error(_post(vendor_app, GROQ_PATH, {"model": "llama-3.1-8b-instant", "messages": [USER]}))
-    assert error_body["status"] == 502
-    assert error_body["body"]["text"].startswith("<html>bad gateway [redacted]")
-    assert len(error_body["body"]["text"]) <= 500
+    problem = error_body(_post(vendor_app, GROQ_PATH, {"model": "llama-3.1-8b-instant", "messages": [USER]}), 502)[
+        "error"
+    ]
+    assert problem["status"] == 502
+    assert problem["body"]["text"].startswith("<html>bad gateway [redacted]")
+    assert len(problem["body"]["text"]) <= 500
 
 
 def test_vendor_timeout_is_504(make_app_server: Callable[..., AppServer], fake_model: FakeModel) -> None:
@@ -375,8 +365,7 @@ def test_vendor_timeout_is_504(make_app_server: Callable[..., AppServer], fake_m
     )
     fake_model.script(hang())
     response = _post(server, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]})
-    assert response.status_code == 504
-    assert _error(response)["code"] == "openai_timeout"
+    error_body(response, 504, "openai_timeout")
 
 
 def test_unreachable_vendor_is_502(make_app_server: Callable[..., AppServer]) -> None:
@@ -386,14 +375,16 @@ def test_unreachable_vendor_is_502(make_app_server: Callable[..., AppServer]) ->
     closed.close()  # nothing listens there now
     server = make_app_server(groq_base_url=f"http://127.0.0.1:{port}/openai/v1", groq_api_key=GROQ_KEY)
     response = _post(server, GROQ_PATH, {"model": "llama-3.1-8b-instant", "messages": [USER]})
-    assert response.status_code == 502
-    assert _error(response)["code"] == "groq_unreachable"
+    error_body(response, 502, "groq_unreachable")
 
 
 def test_dropped_connection_and_bad_answers_are_502(vendor_app: AppServer, fake_model: FakeModel) -> None:
     fake_model.script(drop(), raw(b"not json"), raw(b"[1, 2]"))
-    codes = [_error(_post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]})) for _ in range(3)]
-    assert [(error["code"]) for error in codes] == [
+    codes = [
+        error_body(_post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]}), 502)["error"]["code"]
+        for _ in range(3)
+    ]
+    assert codes == [
         "openai_connection_error",
         "openai_invalid_response",
         "openai_invalid_response",
@@ -408,8 +399,7 @@ def test_oversized_answer_is_refused(make_app_server: Callable[..., AppServer], 
     )
     fake_model.script(huge(100_000))
     response = _post(server, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]})
-    assert response.status_code == 502
-    assert _error(response)["code"] == "openai_response_too_large"
+    error_body(response, 502, "openai_response_too_large")
 
 
 def test_redaction() -> None:
@@ -431,16 +421,8 @@ def test_redaction() -> None:
 
 def test_rollout_with_provider_openai_goes_to_the_vendor(vendor_app: AppServer, fake_model: FakeModel) -> None:
     fake_model.default = tool_call("move_left", "do")
-    request = {
-        "run_id": "provider-openai",
-        "mode": "eval",
-        "env": {"env_name": "crafter", "seed": 3, "config": {}},
-        "policy": {
-            "policy_name": "crafter-react",
-            "config": {"provider": "openai", "model": "gpt-5-mini", "max_completion_tokens": 700, "max_llm_calls": 3},
-        },
-        "ops": ["agent", "env"] * 3,
-    }
+    config = {"provider": "openai", "model": "gpt-5-mini", "max_completion_tokens": 700, "max_llm_calls": 3}
+    request = request_body(decisions=3, env={"seed": 3}, policy={"policy_name": "crafter-react", "config": config})
     response = vendor_app.client(timeout=60.0).post("/rollout", json=request)
     assert response.status_code == 200, response.text
     assert_no_key_material(response.text, ALL_SECRETS)

@@ -9,8 +9,8 @@ import anyio
 import crafter.constants
 import pytest
 from fake_model import FakeModel, chat, error, hang, raw, text, tool_call
+from helpers import make_plan
 
-from task_app.core.contracts import RolloutRequest
 from task_app.core.errors import NotConfigured
 from task_app.core.outbound import open_session
 from task_app.core.settings import Settings
@@ -20,7 +20,7 @@ from task_app.policy.inference import InferenceClient, InferenceLimits
 from task_app.policy.prompts import build_messages, recipe_lines, system_prompt, tool_schema
 from task_app.policy.react import ReactPolicy, build_react_policy, calls_from_text, parse_answer
 from task_app.rollout.engine import RolloutEngine
-from task_app.rollout.plan import RolloutPlan, build_plan
+from task_app.rollout.plan import RolloutPlan
 
 FAST = InferenceLimits(connect_timeout_s=2.0, read_timeout_s=5.0, max_attempts=3, backoff_s=0.01, backoff_max_s=0.05)
 
@@ -213,23 +213,14 @@ def test_vision_and_image_only_messages(worlds: WorldFactory) -> None:
 
 def _plan(fake: FakeModel, *, ops: int = 8, run_id: str = "react-1", **config: Any) -> RolloutPlan:
     safety = config.pop("safety", {"max_time_s": 60})
-    policy_config = {
-        "inference_url": fake.url("/v1?cid=trace_react"),
-        "model": "fake-model",
-        "max_llm_calls": ops,
-        **config,
-    }
-    request = RolloutRequest.model_validate(
-        {
-            "run_id": run_id,
-            "mode": "eval",
-            "env": {"env_name": "crafter", "seed": 7},
-            "policy": {"policy_name": "crafter-react", "config": policy_config},
-            "ops": ["agent", "env"] * ops,
-            "safety": safety,
-        }
+    return make_plan(
+        inference_url=fake.url("/v1?cid=trace_react"),
+        decisions=ops,
+        run_id=run_id,
+        env={"seed": 7},
+        safety=safety,
+        policy={"config": config},
     )
-    return build_plan(request, Settings())
 
 
 def _react(plan: RolloutPlan, **kwargs: Any) -> ReactPolicy:
@@ -300,16 +291,9 @@ async def test_text_and_garbage_answers(model: FakeModel, worlds: WorldFactory) 
 
 @pytest.mark.anyio
 async def test_provider_without_key_is_refused() -> None:
-    request = RolloutRequest.model_validate(
-        {
-            "run_id": "p1",
-            "mode": "eval",
-            "env": {"env_name": "crafter", "seed": 1},
-            "ops": ["agent"],
-            "policy": {"policy_name": "crafter-react", "config": {"provider": "openai", "model": "gpt-4o-mini"}},
-        }
+    plan = make_plan(
+        ops=["agent"], policy={"policy_name": "crafter-react", "config": {"provider": "openai", "model": "gpt-4o-mini"}}
     )
-    plan = build_plan(request, Settings())
     async with open_session(8) as http:
         client = InferenceClient(http, FAST)
         with pytest.raises(NotConfigured) as caught:

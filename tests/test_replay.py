@@ -3,8 +3,6 @@ rebuilt from seed + settings + executed actions, and tampered traces caught at t
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import copy
 import json
 import sqlite3
@@ -13,55 +11,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import RandomPolicy, ScriptedPolicy, make_plan, run_rollout, store_result
-from test_tracing_payload import FakeLLMPolicy
-from test_tracing_payload import rollout as llm_rollout
+from helpers import (
+    NOOPS,
+    FakeLLMPolicy,
+    RandomPolicy,
+    ScriptedPolicy,
+    deaths_rollout,
+    llm_rollout,
+    load_session,
+    make_plan,
+    run_cli,
+    run_rollout,
+    store_all,
+)
 
-from task_app.cli.view import add_viewer_parsers
-from task_app.core.settings import Settings
 from task_app.game import WorldFactory
 from task_app.inspection.replay import ReplayError, replay, run_from_response, run_from_trace
 from task_app.rollout.result import RolloutResult
-from task_app.tracing import TraceStore, build_session_trace
-
-NOOPS = 64  # a decision of 64 noops: an idle player dies within about three decisions
-WIDE = Settings(max_actions_per_decision=NOOPS)
-
+from task_app.tracing import build_session_trace
 
 # --- fixtures -------------------------------------------------------------------------------------
-
-
-def store(path: Path, *results: RolloutResult) -> Path:
-    async def write() -> None:
-        async with TraceStore(path) as trace_store:
-            for result in results:
-                assert (await store_result(trace_store, result)) == {"stored": True}
-
-    asyncio.run(write())
-    return path
-
-
-def load(path: Path, run_id: str) -> dict[str, Any]:
-    async def read() -> dict[str, Any] | None:
-        async with TraceStore(path, readonly=True) as trace_store:
-            return await trace_store.get_session(run_id)
-
-    trace = asyncio.run(read())
-    assert trace is not None
-    return trace
-
-
-def deaths_rollout(worlds: WorldFactory, run_id: str = "deaths", decisions: int = 10) -> RolloutResult:
-    """Seed 1, an idle player: it dies in its third decision (mid-decision), and on_done resets the world."""
-    plan = make_plan(
-        WIDE,
-        run_id=run_id,
-        env={"seed": 1},
-        policy={"config": {"max_llm_calls": decisions}},
-        ops=["agent", "env"] * decisions,
-        on_done="reset",
-    )
-    return run_rollout(plan, ScriptedPolicy([["noop"] * NOOPS]), worlds)
 
 
 def capped_rollout(worlds: WorldFactory, run_id: str = "capped") -> RolloutResult:
@@ -91,14 +60,7 @@ def deaths(worlds: WorldFactory) -> RolloutResult:
 
 @pytest.fixture
 def db(tmp_path: Path, deaths: RolloutResult) -> Path:
-    return store(tmp_path / "traces.db", deaths)
-
-
-def run_cli(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="task-app")
-    add_viewer_parsers(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return int(args.run(args))
+    return store_all(tmp_path / "traces.db", deaths)
 
 
 def env_event(trace: dict[str, Any], decision: int) -> dict[str, Any]:
@@ -110,7 +72,7 @@ def tamper(db: Path, decision: int, column: str, value: Any) -> None:
     """Change one stored value of a decision's environment event, as a corrupted or edited trace would."""
     with sqlite3.connect(db) as conn:
         changed = conn.execute(
-            f"UPDATE events SET {column} = ? WHERE event_type = 'environment' AND timestep_id = "  # noqa: S608 - fixed
+            f"UPDATE events SET {column} = ? WHERE event_type = 'environment' AND timestep_id = "
             "(SELECT id FROM session_timesteps WHERE session_id = 'deaths' AND step_index = ?)",
             (value, decision),
         ).rowcount
@@ -124,7 +86,7 @@ def test_deaths_and_resets_replay_exactly(db: Path, deaths: RolloutResult, world
     episodes = deaths.episodes
     assert len(episodes) >= 3 and all(episode.terminated for episode in episodes[:-1])
     assert any(len(record.outcome.actions) < NOOPS for record in deaths.records)  # died mid-decision
-    run = run_from_trace(load(db, "deaths"))
+    run = run_from_trace(load_session(db, "deaths"))
     assert run.assumed == []
     assert run.spec.on_done == "reset" and run.spec.seed == 1
     started = time.perf_counter()
@@ -139,7 +101,7 @@ def test_truncated_episodes_replay_exactly(make: Any, tmp_path: Path, worlds: Wo
     result = make(worlds)
     truncated = [episode for episode in result.episodes if episode.truncated]
     assert len(result.episodes) >= 2 and len(truncated) >= 2
-    trace = load(store(tmp_path / "t.db", result), result.plan.run_id)
+    trace = load_session(store_all(tmp_path / "t.db", result), result.plan.run_id)
     outcome = replay(run_from_trace(trace), worlds)
     assert outcome.ok, outcome.mismatch
     assert outcome.episodes == len(result.episodes)
@@ -147,7 +109,7 @@ def test_truncated_episodes_replay_exactly(make: Any, tmp_path: Path, worlds: Wo
 
 def test_the_decision_cap_matters(tmp_path: Path, worlds: WorldFactory) -> None:
     result = capped_rollout(worlds)
-    trace = load(store(tmp_path / "t.db", result), "capped")
+    trace = load_session(store_all(tmp_path / "t.db", result), "capped")
     assert trace["metadata"]["replay"]["max_steps_per_episode"] == 4
     trace["metadata"]["replay"]["max_steps_per_episode"] = None
     outcome = replay(run_from_trace(trace), worlds)
@@ -159,7 +121,7 @@ def test_the_decision_cap_matters(tmp_path: Path, worlds: WorldFactory) -> None:
 def test_traces_without_replay_metadata_are_reconstructed(tmp_path: Path, worlds: WorldFactory) -> None:
     """Traces stored before `metadata.replay` existed: length, on_done and the cap come from the record."""
     for result in (deaths_rollout(worlds, "old-deaths", 6), capped_rollout(worlds, "old-capped")):
-        trace = load(store(tmp_path / f"{result.plan.run_id}.db", result), result.plan.run_id)
+        trace = load_session(store_all(tmp_path / f"{result.plan.run_id}.db", result), result.plan.run_id)
         del trace["metadata"]["replay"]
         run = run_from_trace(trace)
         assert run.assumed == ["area", "length", "on_done", "max_steps_per_episode"]
@@ -170,7 +132,7 @@ def test_traces_without_replay_metadata_are_reconstructed(tmp_path: Path, worlds
 
 def test_llm_trace_replays_and_keeps_the_model_side(tmp_path: Path, worlds: WorldFactory) -> None:
     result = llm_rollout(worlds, run_id="llm", decisions=6, policy=FakeLLMPolicy(seed=2))
-    run = run_from_trace(load(store(tmp_path / "t.db", result), "llm"))
+    run = run_from_trace(load_session(store_all(tmp_path / "t.db", result), "llm"))
     assert replay(run, worlds).ok
     first = run.decisions[0]
     assert first.source == "llm" and first.model == "fake-model-7b"
@@ -195,7 +157,7 @@ def test_responses_replay_with_or_without_a_trace(deaths: RolloutResult, worlds:
 
 def test_a_changed_reward_is_reported_at_its_decision(db: Path, worlds: WorldFactory) -> None:
     tamper(db, 4, "reward", 1.0)
-    outcome = replay(run_from_trace(load(db, "deaths")), worlds)
+    outcome = replay(run_from_trace(load_session(db, "deaths")), worlds)
     assert outcome.mismatch is not None and not outcome.ok
     assert (outcome.mismatch.decision, outcome.mismatch.what) == (4, "reward")
     assert outcome.checked == 4
@@ -203,12 +165,12 @@ def test_a_changed_reward_is_reported_at_its_decision(db: Path, worlds: WorldFac
 
 
 def test_a_changed_observation_is_reported_with_a_diff(db: Path, worlds: WorldFactory) -> None:
-    trace = load(db, "deaths")
+    trace = load_session(db, "deaths")
     text = env_event(trace, 5)["system_state_before"]["text"]
     edited = text.replace("Vitals: health", "Vitals: HEALTH", 1)
     assert edited != text
     tamper(db, 5, "system_state_before", json.dumps({"text": edited}))
-    outcome = replay(run_from_trace(load(db, "deaths")), worlds)
+    outcome = replay(run_from_trace(load_session(db, "deaths")), worlds)
     assert outcome.mismatch is not None
     assert (outcome.mismatch.decision, outcome.mismatch.what) == (5, "observation before the decision")
     diff = outcome.mismatch.diff()
@@ -219,7 +181,7 @@ def test_a_changed_observation_is_reported_with_a_diff(db: Path, worlds: WorldFa
 
 
 def test_a_changed_episode_end_is_reported(db: Path, worlds: WorldFactory) -> None:
-    trace = load(db, "deaths")
+    trace = load_session(db, "deaths")
     steps = range(len(trace["session_time_steps"]))
     death = next(index for index in steps if env_event(trace, index)["terminated"])
     env_event(trace, death)["terminated"] = False
@@ -229,7 +191,7 @@ def test_a_changed_episode_end_is_reported(db: Path, worlds: WorldFactory) -> No
 
 
 def test_actions_recorded_past_a_death_are_reported(db: Path, worlds: WorldFactory) -> None:
-    trace = load(db, "deaths")
+    trace = load_session(db, "deaths")
     death = next(index for index in range(len(trace["session_time_steps"])) if env_event(trace, index)["terminated"])
     actions = env_event(trace, death)["metadata"]["actions"]
     actions += ["noop"] * 3
@@ -240,7 +202,7 @@ def test_actions_recorded_past_a_death_are_reported(db: Path, worlds: WorldFacto
 
 
 def test_missing_actions_make_the_trace_unreplayable(db: Path, worlds: WorldFactory) -> None:
-    trace = copy.deepcopy(load(db, "deaths"))
+    trace = copy.deepcopy(load_session(db, "deaths"))
     del env_event(trace, 2)["metadata"]["actions"]
     outcome = replay(run_from_trace(trace), worlds)
     assert outcome.mismatch is None and not outcome.ok

@@ -6,16 +6,13 @@ from __future__ import annotations
 import copy
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import browser
 import pytest
-from helpers import make_plan, run_rollout
-from test_tracing_payload import MODEL, FakeLLMPolicy
-from test_tracing_payload import rollout as llm_rollout
-from test_viewer import EXTERNAL, page_data
+from helpers import EXTERNAL, MODEL, FakeLLMPolicy, llm_rollout, make_plan, page_data, run_rollout
 
 from task_app.game import ACHIEVEMENTS, Observation, WorldFactory
 from task_app.inspection.report import (
@@ -166,12 +163,6 @@ def test_report_notes_a_diverged_episode(rows: list[EpisodeRow], worlds: WorldFa
 
 
 # --- in a browser ---------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def chrome() -> Iterator[Any]:
-    with browser.chromium() as driver:
-        yield driver
 
 
 def test_browser_report_bars_and_links(chrome: Any, report: Any, tmp_path: Path) -> None:

@@ -23,20 +23,21 @@ from task_app.rollout.result import RolloutResult
 
 SEEDS = range(20)
 DECISIONS = 300
-MIN_MEAN_ACHIEVEMENTS = 6  # a random policy unlocks ~2.5
+MIN_MEAN_ACHIEVEMENTS = 16  # the README states 18.0 on these seeds; a random policy unlocks ~2.5
 
 
 class TimedPolicy(ScriptedPolicy):
-    """The scripted policy, timing each decision."""
+    """The scripted policy, timing each decision in CPU time of this thread: what decide() costs the
+    event loop, which other processes on a loaded machine cannot stretch (wall time they can)."""
 
     def __init__(self, seed: int) -> None:
         super().__init__(max_actions=8, seed=seed)
         self.seconds: list[float] = []
 
     async def decide(self, observation: Observation, history: Sequence[HistoryEntry]) -> PolicyDecision:
-        start = time.perf_counter()
+        start = time.thread_time()
         decision = await super().decide(observation, history)
-        self.seconds.append(time.perf_counter() - start)
+        self.seconds.append(time.thread_time() - start)
         return decision
 
 

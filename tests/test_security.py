@@ -11,7 +11,6 @@ import inspect
 import logging
 import re
 import sys
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,26 +19,11 @@ import httpx
 import pytest
 from conftest import ALIAS_KEY, KEY_GUARD, TEST_KEY, AppServer, KeyGuard, _guarded_handle
 from fake_model import FakeModel, tool_call
-from helpers import request_body
+from helpers import error_body, request_body
 
 from task_app.web import auth
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")
-
-
-def react(model_url: str, run_id: str | None = None, decisions: int = 1) -> dict[str, Any]:
-    body = request_body(
-        run_id=run_id or f"sec-{uuid.uuid4().hex[:10]}",
-        ops=["agent", "env"] * decisions,
-        policy={"policy_name": "crafter-react"},
-    )
-    body["policy"]["config"] = {"model": "fake-model", "inference_url": model_url, "max_llm_calls": decisions}
-    return body
-
-
-def error_code(response: httpx.Response) -> str:
-    code: str = response.json()["error"]["code"]
-    return code
 
 
 # --- constant-time key comparison -------------------------------------------------------------------
@@ -121,10 +105,10 @@ def guarded(make_app_server: Callable[..., AppServer]) -> AppServer:
 
 
 def test_allowed_model_host_is_served(guarded: AppServer, fake_model: FakeModel) -> None:
-    response = guarded.client().post("/rollout", json=react(fake_model.url()))
+    response = guarded.client().post("/rollout", json=request_body(inference_url=fake_model.url()))
     assert response.status_code == 200 and response.json()["metrics"]["details"]["stop_reason"] == "completed"
     upper = fake_model.url().replace("http://", "HTTP://")  # scheme and host compare case-insensitively
-    assert guarded.client().post("/rollout", json=react(upper)).status_code == 200
+    assert guarded.client().post("/rollout", json=request_body(inference_url=upper)).status_code == 200
 
 
 @pytest.mark.parametrize(
@@ -144,9 +128,8 @@ def test_hosts_outside_the_allow_list_are_refused_before_any_call(
     guarded: AppServer, fake_model: FakeModel, host: str
 ) -> None:
     url = f"http://{host}:{fake_model.port}/v1"
-    response = guarded.client().post("/rollout", json=react(url))
-    assert response.status_code == 422, response.text
-    assert error_code(response) == "inference_host_not_allowed"
+    response = guarded.client().post("/rollout", json=request_body(inference_url=url))
+    error_body(response, 422, "inference_host_not_allowed")
     assert fake_model.requests == []
     assert guarded.health()["rollouts"]["active"] == 0
 
@@ -163,7 +146,7 @@ def test_a_redirect_from_the_model_server_is_not_followed(app_server: AppServer,
         await ex.send({"type": "http.response.body", "body": b""})
 
     fake_model.default = redirect
-    response = app_server.client().post("/rollout", json=react(fake_model.url()))
+    response = app_server.client().post("/rollout", json=request_body(inference_url=fake_model.url()))
     details = response.json()["metrics"]["details"]
     assert details["stop_reason"] == "policy_error"
     assert details["error"]["code"] == "inference_http_error" and details["error"]["status"] == 307
@@ -229,7 +212,7 @@ def test_sft_files_from_odd_run_ids_stay_inside_their_directory(
     sft = tmp_path / "sft"
     server = make_app_server(sft_output_dir=sft, warm_up=False)
     fake_model.default = tool_call("noop")
-    response = server.client().post("/rollout", json=react(fake_model.url(), run_id=run_id))
+    response = server.client().post("/rollout", json=request_body(inference_url=fake_model.url(), run_id=run_id))
     assert response.status_code == 200, response.text
     written = response.json()["metrics"]["details"]["storage"]["sft"]
     assert written["written"] is True
@@ -244,6 +227,6 @@ def test_hostile_run_ids_are_refused_and_write_nothing(
 ) -> None:
     sft = tmp_path / "sft"
     server = make_app_server(sft_output_dir=sft, warm_up=False)
-    response = server.client().post("/rollout", json=react(fake_model.url(), run_id=run_id))
-    assert response.status_code == 422 and error_code(response) == "invalid_request"
+    response = server.client().post("/rollout", json=request_body(inference_url=fake_model.url(), run_id=run_id))
+    error_body(response, 422, "invalid_request")
     assert list(sft.iterdir()) == [] and fake_model.requests == []

@@ -8,8 +8,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import store_result
-from test_tracing_payload import MODEL, SYSTEM_PROMPT, FakeLLMPolicy, rollout, run_rollout, with_run_id
+from helpers import MODEL, SYSTEM_PROMPT, FakeLLMPolicy, llm_rollout, run_llm_rollout, store_result, with_run_id
 
 from task_app.game import WorldFactory
 from task_app.rollout.result import RolloutResult
@@ -37,7 +36,7 @@ def read_lines(path: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def result(worlds: WorldFactory) -> RolloutResult:
-    return rollout(worlds, run_id="sft-run", decisions=3)
+    return llm_rollout(worlds, run_id="sft-run", decisions=3)
 
 
 def test_records_field_by_field(result: RolloutResult) -> None:
@@ -81,7 +80,7 @@ def test_records_field_by_field(result: RolloutResult) -> None:
 
 
 def test_image_records(worlds: WorldFactory) -> None:
-    result = rollout(worlds, run_id="sft-image", decisions=1, policy=FakeLLMPolicy(image=True))
+    result = llm_rollout(worlds, run_id="sft-image", decisions=1, policy=FakeLLMPolicy(image=True))
     [record] = sft_records(result)
     assert record["metadata"]["user_has_image"] is True and record["metadata"]["has_image"] is True
     assert record["dialogue"][1]["content"][1]["type"] == "image_url"
@@ -94,11 +93,11 @@ def test_image_records(worlds: WorldFactory) -> None:
 
 
 def test_skips_decisions_without_an_answer(worlds: WorldFactory) -> None:
-    assert sft_records(rollout(worlds, run_id="scripted", decisions=2, policy=FakeLLMPolicy(lm=False))) == []
-    failing = rollout(worlds, run_id="failing", decisions=3, policy=FakeLLMPolicy(fail_turns=[1]))
+    assert sft_records(llm_rollout(worlds, run_id="scripted", decisions=2, policy=FakeLLMPolicy(lm=False))) == []
+    failing = llm_rollout(worlds, run_id="failing", decisions=3, policy=FakeLLMPolicy(fail_turns=[1]))
     assert [record["turn"] for record in sft_records(failing)] == [0, 2]
     assert [record["turn"] for record in sft_records_from_trace(build_session_trace(failing))] == [0, 2]
-    injected = rollout(worlds, run_id="noop", decisions=2, ops=["env", "agent", "env"])
+    injected = llm_rollout(worlds, run_id="noop", decisions=2, ops=["env", "agent", "env"])
     assert [record["turn"] for record in sft_records(injected)] == [1]
 
 
@@ -136,7 +135,7 @@ async def test_writer_writes_one_file_atomically(tmp_path: Path, result: Rollout
 
 @pytest.mark.anyio
 async def test_writer_without_lm_calls_writes_nothing(tmp_path: Path, worlds: WorldFactory) -> None:
-    scripted = await run_rollout(worlds, run_id="scripted", decisions=1, policy=FakeLLMPolicy(lm=False))
+    scripted = await run_llm_rollout(worlds, run_id="scripted", decisions=1, policy=FakeLLMPolicy(lm=False))
     writer = SftWriter(tmp_path)
     await writer.start()
     assert await writer.write(scripted) == {"written": False, "records": 0}

@@ -8,8 +8,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers import store_result
-from test_tracing_payload import SYSTEM_PROMPT, FakeLLMPolicy, rollout, run_rollout
+from helpers import SYSTEM_PROMPT, FakeLLMPolicy, llm_rollout, run_llm_rollout, store_result
 
 from task_app.core.json_codec import dumps, dumps_bytes, is_plain
 from task_app.game import WorldFactory
@@ -26,7 +25,7 @@ DECISIONS = 8
 
 @pytest.fixture(scope="module")
 def result(worlds: WorldFactory) -> RolloutResult:
-    return rollout(worlds, run_id="compact-run", decisions=DECISIONS)
+    return llm_rollout(worlds, run_id="compact-run", decisions=DECISIONS)
 
 
 def _full_size(trace: dict) -> int:
@@ -66,8 +65,8 @@ async def test_round_trip_is_exact(tmp_path: Path, result: RolloutResult) -> Non
 
 async def test_vision_and_scripted_steps_round_trip(tmp_path: Path, worlds: WorldFactory) -> None:
     """Image inputs and steps without an LLM call are stored in full and read back unchanged."""
-    vision = await run_rollout(worlds, run_id="vision-run", decisions=3, policy=FakeLLMPolicy(image=True))
-    scripted = await run_rollout(worlds, run_id="scripted-run", decisions=3, policy=FakeLLMPolicy(lm=False))
+    vision = await run_llm_rollout(worlds, run_id="vision-run", decisions=3, policy=FakeLLMPolicy(image=True))
+    scripted = await run_llm_rollout(worlds, run_id="scripted-run", decisions=3, policy=FakeLLMPolicy(lm=False))
     async with TraceStore(tmp_path / "t.db") as store:
         for item in (vision, scripted):
             assert (await store_result(store, item))["stored"]
@@ -123,7 +122,7 @@ async def test_rows_built_during_the_rollout_equal_rows_built_at_the_end(worlds:
         seen.append(len(result.records))
         rows.add(result, record)  # type: ignore[arg-type]
 
-    result = await run_rollout(worlds, run_id="incremental-run", decisions=5)
+    result = await run_llm_rollout(worlds, run_id="incremental-run", decisions=5)
     engine = RolloutEngine(result.plan, FakeLLMPolicy(seed=3), worlds, on_record=on_record)
     result = await engine.run()
     assert seen == [1, 2, 3, 4, 5]
@@ -133,7 +132,7 @@ async def test_rows_built_during_the_rollout_equal_rows_built_at_the_end(worlds:
 
 
 async def test_failing_rows_fall_back_to_the_full_build(worlds: WorldFactory, caplog: pytest.LogCaptureFixture) -> None:
-    result = await run_rollout(worlds, run_id="broken-rows", decisions=2)
+    result = await run_llm_rollout(worlds, run_id="broken-rows", decisions=2)
     rows = RolloutRows("broken-rows")
     rows.add(result, object())  # type: ignore[arg-type] - not a record: the builder gives up, loudly
     assert rows.rows(result) is None

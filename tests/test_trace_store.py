@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import store_result
-from test_tracing_payload import MODEL, rollout, run_rollout, with_run_id
+from helpers import MODEL, first_line, llm_rollout, run_llm_rollout, store_result, with_run_id
 
 from task_app.game import WorldFactory
 from task_app.rollout.result import RolloutResult
@@ -127,12 +126,12 @@ SESSION_TABLES = ("session_traces", "session_timesteps", "events", "messages", "
 
 @pytest.fixture(scope="module")
 def result(worlds: WorldFactory) -> RolloutResult:
-    return rollout(worlds, run_id="store-run", decisions=6)
+    return llm_rollout(worlds, run_id="store-run", decisions=6)
 
 
 @pytest.fixture(scope="module")
 def short_result(worlds: WorldFactory) -> RolloutResult:
-    return rollout(worlds, run_id="store-run", decisions=2, seed=5)
+    return llm_rollout(worlds, run_id="store-run", decisions=2, seed=5)
 
 
 def counts(path: Path, session_id: str | None = None) -> dict[str, int]:
@@ -242,7 +241,7 @@ async def test_32_concurrent_rollouts_write_at_once(tmp_path: Path, worlds: Worl
     path = tmp_path / "t.db"
 
     async def one(store: TraceStore, index: int) -> tuple[dict[str, Any], RolloutResult]:
-        result = await run_rollout(worlds, run_id=f"concurrent-{index}", decisions=2 + index % 3, seed=index % 4)
+        result = await run_llm_rollout(worlds, run_id=f"concurrent-{index}", decisions=2 + index % 3, seed=index % 4)
         return await store_result(store, result), result
 
     async with TraceStore(path, queue_size=8) as store:
@@ -490,7 +489,7 @@ def test_sigkill_right_after_writes_loses_nothing(tmp_path: Path, result: Rollou
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         assert proc.stdout is not None and proc.stderr is not None
         try:
-            line = proc.stdout.readline()
+            line = first_line(proc, timeout=60)
         finally:
             os.kill(proc.pid, signal.SIGKILL)
             _, errors = proc.communicate(timeout=30)

@@ -1,7 +1,7 @@
 """`task-app traces list | show | export` against a real trace database.
 
 The database holds rollouts of the real engine and real crafter, driven by the fake chat model of
-test_tracing_payload.py and written by the real TraceStore:
+helpers.py (`FakeLLMPolicy`) and written by the real TraceStore:
 
     alpha    fake model, the call of decision 1 fails (no answer)
     bravo    another model that also writes text next to its tool call
@@ -28,13 +28,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import store_result
-from test_tracing_payload import MODEL, SYSTEM_PROMPT, FakeLLMPolicy, run_rollout, with_run_id
+from helpers import MODEL, SYSTEM_PROMPT, FakeLLMPolicy, run_cli, run_llm_rollout, store_result, with_run_id
 
 from task_app.cli.traces import (
     TEXT_PREVIEW_CHARS,
     ExportStats,
-    add_traces_parser,
     openai_sft_example,
     parse_since,
     session_summary,
@@ -77,12 +75,14 @@ class Corpus:
 
 async def _build(path: Path, worlds: WorldFactory) -> dict[str, RolloutResult]:
     results = {
-        "alpha": await run_rollout(
+        "alpha": await run_llm_rollout(
             worlds, run_id="alpha", decisions=DECISIONS, seed=1, policy=FakeLLMPolicy(seed=1, fail_turns=[1])
         ),
-        "bravo": await run_rollout(worlds, run_id="bravo", decisions=DECISIONS, seed=2, policy=TalkingPolicy(seed=2)),
-        "charlie": await run_rollout(worlds, run_id="charlie", decisions=4, seed=3, policy=FakeLLMPolicy(lm=False)),
-        "delta": await run_rollout(worlds, run_id="delta", decisions=3, seed=3, policy=FakeLLMPolicy(image=True)),
+        "bravo": await run_llm_rollout(
+            worlds, run_id="bravo", decisions=DECISIONS, seed=2, policy=TalkingPolicy(seed=2)
+        ),
+        "charlie": await run_llm_rollout(worlds, run_id="charlie", decisions=4, seed=3, policy=FakeLLMPolicy(lm=False)),
+        "delta": await run_llm_rollout(worlds, run_id="delta", decisions=3, seed=3, policy=FakeLLMPolicy(image=True)),
     }
     old = dataclasses.replace(results["alpha"], started_at=datetime(2020, 1, 2, 3, 4, 5, tzinfo=UTC))
     results["old"] = with_run_id(old, "old")
@@ -118,10 +118,7 @@ def cli(capsys: pytest.CaptureFixture[str]) -> Any:
     """`cli("--db", path, "list")` runs `task-app traces ...` in-process through the real parser."""
 
     def run(*argv: str | Path) -> Run:
-        parser = argparse.ArgumentParser(prog="task-app")
-        add_traces_parser(parser.add_subparsers(dest="command", required=True))
-        args = parser.parse_args(["traces", *map(str, argv)])
-        code = args.run(args)
+        code = run_cli(["traces", *argv])
         out, err = capsys.readouterr()
         return Run(code, out, err)
 
@@ -391,7 +388,7 @@ def test_openai_sft_keeps_only_usable_interact_many_answers() -> None:
 
 
 def test_show_marks_injected_noops(worlds: WorldFactory) -> None:
-    result = asyncio.run(run_rollout(worlds, run_id="noop-first", decisions=2, ops=["env", "agent", "env"]))
+    result = asyncio.run(run_llm_rollout(worlds, run_id="noop-first", decisions=2, ops=["env", "agent", "env"]))
     decisions = session_summary(build_session_trace(result))["decisions"]
     assert [decision["source"] for decision in decisions] == ["injected noop", "llm"]
     assert decisions[0]["actions"] == ["noop"] and "latency_ms" not in decisions[0]

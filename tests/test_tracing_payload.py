@@ -1,182 +1,22 @@
-"""Trace payloads (CONTRACT.md §7): compact / structured / full built from real rollouts.
-
-The helpers at the top (`FakeLLMPolicy`, `run_rollout`) are shared with test_trace_store.py and
-test_sft.py: a policy that answers like a chat model would (system prompt + observation, a forced
-`interact_many` tool call, usage, latency), driven through the real RolloutEngine and real crafter.
-"""
+"""Trace payloads (CONTRACT.md §7): compact / structured / full built from real rollouts of
+`helpers.FakeLLMPolicy` through the real RolloutEngine and real crafter."""
 
 from __future__ import annotations
 
-import asyncio
-import base64
 import dataclasses
 import json
-import random
-from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from helpers import MODEL, SAMPLES, SYSTEM_PROMPT, FakeLLMPolicy, llm_rollout
 
-from task_app.core.contracts import RolloutRequest
-from task_app.core.settings import Settings
-from task_app.game import Observation, WorldFactory
-from task_app.policy.base import HistoryEntry, LMCall, PolicyDecision
-from task_app.rollout.engine import RolloutEngine
-from task_app.rollout.plan import build_plan
+from task_app.game import WorldFactory
 from task_app.rollout.result import RolloutResult
 from task_app.tracing import build_compact_trace, build_session_trace, build_trace_payload, outcome_reward
 from task_app.tracing.rewards import event_rewards
 
-SAMPLES = Path(__file__).resolve().parent / "samples"
-MODEL = "fake-model-7b"
-INFERENCE_URL = "http://127.0.0.1:9/v1/chat/completions?cid=trace_fake_cid"
-USEFUL_ACTIONS = ("move_left", "move_right", "move_up", "move_down", "do", "do", "noop")
-SYSTEM_PROMPT = (
-    "You are an agent playing Crafter, a 2D survival game. Each turn you see a text rendering of the "
-    "world around you, your vitals, inventory and achievements. Call the interact_many tool with 1 to 8 "
-    "actions from: noop, move_left, move_right, move_up, move_down, do, sleep, place_stone, place_table, "
-    "place_furnace, place_plant, make_wood_pickaxe, make_stone_pickaxe, make_iron_pickaxe, make_wood_sword, "
-    "make_stone_sword, make_iron_sword. "
-) * 4  # about 2 KB: with the observation, a ~3 KB prompt like the real one
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "interact_many",
-            "description": "Execute 1-8 Crafter actions in order.",
-            "parameters": {
-                "type": "object",
-                "properties": {"actions": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
-                "required": ["actions"],
-            },
-        },
-    }
-]
-FAKE_PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4).decode()
 ISO_KEYS = {"created_at", "timestamp", "completed_at", "started_at", "finished_at"}
-
-
-class FakeLLMPolicy:
-    """Answers every decision with a realistic chat-completions exchange (no network)."""
-
-    name = "crafter-react"
-
-    def __init__(self, *, seed: int = 0, image: bool = False, lm: bool = True, fail_turns: Sequence[int] = ()):
-        self.rng = random.Random(seed)
-        self.image = image
-        self.lm = lm
-        self.fail_turns = set(fail_turns)
-        self.calls = 0
-
-    def _user_content(self, observation: Observation, turn: int) -> Any:
-        text = f"Turn {turn}.\n{observation.text}\n\nChoose your next actions with interact_many."
-        if not self.image:
-            return text
-        url = observation.image_data_url or f"data:image/png;base64,{FAKE_PNG}"
-        return [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]
-
-    async def decide(self, observation: Observation, history: Sequence[HistoryEntry]) -> PolicyDecision:
-        turn, self.calls = self.calls, self.calls + 1
-        actions = [self.rng.choice(USEFUL_ACTIONS) for _ in range(self.rng.randint(1, 4))]
-        tool_calls = [
-            {
-                "id": f"call_{turn}",
-                "type": "function",
-                "function": {"name": "interact_many", "arguments": json.dumps({"actions": actions})},
-            }
-        ]
-        if not self.lm:
-            return PolicyDecision(tool_calls=[{"tool_name": "interact_many", "arguments": {"actions": actions}}])
-        messages = [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": self._user_content(observation, turn)},
-        ]
-        started = datetime.now(UTC)
-        finished = started + timedelta(milliseconds=420 + turn)
-        params = {
-            "temperature": 0.2,
-            "top_p": 0.95,
-            "max_tokens": 512,
-            "tools": TOOLS,
-            "parallel_tool_calls": False,
-            "tool_choice": {"type": "function", "function": {"name": "interact_many"}},
-        }
-        usage = {"prompt_tokens": 812, "completion_tokens": 24, "total_tokens": 836}
-        if turn in self.fail_turns:
-            call = LMCall(
-                MODEL,
-                "openai",
-                INFERENCE_URL,
-                messages,
-                params,
-                started,
-                finished,
-                30000.0,
-                attempts=4,
-                error="ReadTimeout: model server did not answer",
-            )
-            return PolicyDecision(tool_calls=[], usable=False, meta={"unusable_reason": "error"}, lm_call=call)
-        assistant = {"role": "assistant", "content": None, "tool_calls": tool_calls}
-        response = {
-            "id": f"chatcmpl-{turn}",
-            "object": "chat.completion",
-            "model": MODEL,
-            "choices": [{"index": 0, "message": assistant, "finish_reason": "tool_calls"}],
-            "usage": usage,
-        }
-        call = LMCall(
-            MODEL,
-            "openai",
-            INFERENCE_URL,
-            messages,
-            params,
-            started,
-            finished,
-            420.0 + turn,
-            response=response,
-            assistant_message=assistant,
-            usage=usage,
-            finish_reason="tool_calls",
-        )
-        return PolicyDecision(tool_calls=tool_calls, meta={"inference_ms": 420.0 + turn}, lm_call=call)
-
-    async def aclose(self) -> None:
-        return None
-
-
-async def run_rollout(
-    worlds: WorldFactory,
-    *,
-    run_id: str = "trace-run",
-    decisions: int = 5,
-    seed: int = 3,
-    policy: FakeLLMPolicy | None = None,
-    ops: list[str] | None = None,
-    step_rewards: dict[str, Any] | None = None,
-) -> RolloutResult:
-    config: dict[str, Any] = {"model": MODEL, "inference_url": INFERENCE_URL, "max_llm_calls": decisions}
-    if step_rewards:
-        config["step_rewards"] = step_rewards
-    body = {
-        "run_id": run_id,
-        "mode": "eval",
-        "env": {"env_name": "crafter", "seed": seed},
-        "policy": {"policy_name": "crafter-react", "config": config},
-        "ops": ops or ["agent", "env"] * decisions,
-        "record": {"return_trace": True, "trace_format": "compact"},
-    }
-    plan = build_plan(RolloutRequest.model_validate(body), Settings())
-    return await RolloutEngine(plan, policy or FakeLLMPolicy(seed=seed), worlds).run()
-
-
-def rollout(worlds: WorldFactory, **kwargs: Any) -> RolloutResult:
-    return asyncio.run(run_rollout(worlds, **kwargs))
-
-
-def with_run_id(result: RolloutResult, run_id: str) -> RolloutResult:
-    return dataclasses.replace(result, plan=dataclasses.replace(result.plan, run_id=run_id))
 
 
 def iso_values(value: Any, key: str = "") -> list[tuple[str, Any]]:
@@ -212,7 +52,7 @@ def sample_trace_shape() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def result(worlds: WorldFactory) -> RolloutResult:
-    return rollout(worlds, run_id="payload-run", decisions=6)
+    return llm_rollout(worlds, run_id="payload-run", decisions=6)
 
 
 def test_structured_trace_has_the_seed_shape(result: RolloutResult) -> None:
@@ -316,7 +156,7 @@ def test_compact_trace(result: RolloutResult) -> None:
 
 
 def test_images_only_in_full_traces(worlds: WorldFactory) -> None:
-    result = rollout(worlds, run_id="image-run", decisions=2, policy=FakeLLMPolicy(image=True))
+    result = llm_rollout(worlds, run_id="image-run", decisions=2, policy=FakeLLMPolicy(image=True))
     user = result.records[0].decision.lm_call.messages[1]["content"]  # type: ignore[union-attr]
     data = user[1]["image_url"]["url"].split(",", 1)[1]
     full = json.dumps(build_trace_payload(result, "full"))
@@ -345,7 +185,7 @@ def test_decision_rewards_and_event_rewards_are_zero_based_and_never_zero(result
 
 def test_step_rewards_flow_into_trace(worlds: WorldFactory) -> None:
     shaping = {"enabled": True, "mode": "decision_stepwise", "strategy": "per_achievement"}
-    result = rollout(worlds, run_id="shaped", decisions=4, step_rewards=shaping)
+    result = llm_rollout(worlds, run_id="shaped", decisions=4, step_rewards=shaping)
     compact = build_compact_trace(result)
     for record, entry in zip(result.records, compact["decision_rewards"], strict=True):
         assert record.stepwise is not None
@@ -362,19 +202,19 @@ def test_outcome_reward_is_a_float(result: RolloutResult) -> None:
 
 
 def test_scripted_decisions_injected_noops_and_failed_calls(worlds: WorldFactory) -> None:
-    scripted = rollout(worlds, run_id="scripted", decisions=2, policy=FakeLLMPolicy(lm=False))
+    scripted = llm_rollout(worlds, run_id="scripted", decisions=2, policy=FakeLLMPolicy(lm=False))
     trace = build_session_trace(scripted)
     assert [len(step["events"]) for step in trace["session_time_steps"]] == [1, 1]
     messages = trace["session_time_steps"][0]["markov_blanket_messages"]
     assert [message["message_type"] for message in messages] == ["user", "assistant"]
     assert build_compact_trace(scripted)["lm_calls"] == []
 
-    noop_first = rollout(worlds, run_id="noop", decisions=2, ops=["env", "agent", "env"])
+    noop_first = llm_rollout(worlds, run_id="noop", decisions=2, ops=["env", "agent", "env"])
     step = build_session_trace(noop_first)["session_time_steps"][0]
     assert len(step["events"]) == 1 and step["markov_blanket_messages"] == []
     assert step["events"][0]["metadata"]["injected_noop"] is True
 
-    failing = rollout(worlds, run_id="failing", decisions=2, policy=FakeLLMPolicy(fail_turns=[0]))
+    failing = llm_rollout(worlds, run_id="failing", decisions=2, policy=FakeLLMPolicy(fail_turns=[0]))
     step = build_session_trace(failing)["session_time_steps"][0]
     record = step["events"][0]["call_records"][0]
     assert record["outcome"] == "error" and record["error"]["message"].startswith("ReadTimeout")
@@ -388,7 +228,7 @@ def test_unknown_format_is_rejected(result: RolloutResult) -> None:
 
 
 def test_compact_response_of_50_decisions_stays_small(worlds: WorldFactory) -> None:
-    result = rollout(worlds, run_id="big-run", decisions=50)
+    result = llm_rollout(worlds, run_id="big-run", decisions=50)
     assert len(result.records) == 50
     prompt = result.records[0].decision.lm_call.messages  # type: ignore[union-attr]
     assert len(json.dumps(prompt)) > 2500  # the fake prompts resemble real ones

@@ -8,7 +8,7 @@ from crafter import objects
 from helpers import clear_around
 
 from task_app.game import GameEnv, WorldFactory, world_traits
-from task_app.game.traits import TRAIT_RADIUS, difficulty_of
+from task_app.game.traits import difficulty_of
 
 
 @pytest.fixture
@@ -21,10 +21,6 @@ def empty(worlds: WorldFactory) -> GameEnv:
 
 def _at(env: GameEnv, dx: int, dy: int) -> tuple[int, int]:
     return int(env.player.pos[0]) + dx, int(env.player.pos[1]) + dy
-
-
-def test_radius_is_ten() -> None:
-    assert TRAIT_RADIUS == 10
 
 
 def test_trees_are_counted_from_the_material_map_within_radius(empty: GameEnv) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import base64
 import io
-import json
-import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -16,12 +14,22 @@ from typing import Any
 
 import browser
 import pytest
-from conftest import TEST_KEY, AppServer
-from helpers import make_plan, request_body, run_rollout
+from conftest import TEST_KEY, AppServer, wait_until
+from helpers import (
+    EXTERNAL,
+    FakeLLMPolicy,
+    deaths_rollout,
+    error_body,
+    llm_rollout,
+    load_session,
+    make_plan,
+    page_data,
+    request_body,
+    run_cli,
+    run_rollout,
+    store_all,
+)
 from PIL import Image
-from test_replay import deaths_rollout, load, run_cli, store
-from test_tracing_payload import FakeLLMPolicy
-from test_tracing_payload import rollout as llm_rollout
 
 from task_app.core.settings import Settings
 from task_app.game import WorldFactory
@@ -32,15 +40,6 @@ from task_app.rollout.result import RolloutResult
 from task_app.web.local_server import serve_in_thread
 from task_app.web.routes import view
 from task_app.web.server import create_app
-
-EXTERNAL = re.compile(r"""(?:src|href|action)\s*=\s*["']?\s*(?:https?:)?//|@import|url\(\s*["']?(?:https?:)?//|<link""")
-
-
-def page_data(page: str) -> dict[str, Any]:
-    match = re.search(r'<script type="application/json" id="episode-data">(.*?)</script>', page, re.DOTALL)
-    assert match is not None
-    data: dict[str, Any] = json.loads(match.group(1))
-    return data
 
 
 @pytest.fixture(scope="module")
@@ -54,14 +53,14 @@ def scripted(worlds: WorldFactory) -> RolloutResult:
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory: pytest.TempPathFactory, worlds: WorldFactory, scripted: RolloutResult) -> Path:
-    return store(tmp_path_factory.mktemp("viewer") / "traces.db", scripted, deaths_rollout(worlds))
+    return store_all(tmp_path_factory.mktemp("viewer") / "traces.db", scripted, deaths_rollout(worlds))
 
 
 # --- the page -------------------------------------------------------------------------------------
 
 
 def test_page_has_a_position_per_decision_and_episode_end(db: Path, worlds: WorldFactory) -> None:
-    run = run_from_trace(load(db, "deaths"))
+    run = run_from_trace(load_session(db, "deaths"))
     page = build_episode_page(run, worlds)
     assert page.outcome.ok
     data = page_data(page.html)
@@ -78,7 +77,7 @@ def test_page_has_a_position_per_decision_and_episode_end(db: Path, worlds: Worl
 
 
 def test_page_is_self_contained(db: Path, worlds: WorldFactory) -> None:
-    page = build_episode_page(run_from_trace(load(db, "scripted-3")), worlds).html
+    page = build_episode_page(run_from_trace(load_session(db, "scripted-3")), worlds).html
     assert EXTERNAL.search(page) is None
     assert "<script src" not in page and "Replay verified: all 60 decisions" in page
     assert page.count('class="unlock"') >= 3 and page.count("data-pos=") >= 3  # unlock markers, timeline
@@ -87,7 +86,7 @@ def test_page_is_self_contained(db: Path, worlds: WorldFactory) -> None:
 
 def test_recorded_text_cannot_break_out_of_the_page(tmp_path: Path, worlds: WorldFactory) -> None:
     result = llm_rollout(worlds, run_id="evil", decisions=3, policy=FakeLLMPolicy(seed=1))
-    trace = load(store(tmp_path / "t.db", result), "evil")
+    trace = load_session(store_all(tmp_path / "t.db", result), "evil")
     trace["session_id"] = "evil</script>"  # run ids are restricted on the wire; the page must not rely on it
     hostile = "</script><img src=x onerror=alert(1)> & <b>bold</b>"
     trace["session_time_steps"][1]["events"][0]["call_records"][0]["output_text"] = hostile
@@ -100,7 +99,7 @@ def test_recorded_text_cannot_break_out_of_the_page(tmp_path: Path, worlds: Worl
 
 
 def test_a_diverged_replay_is_shown_and_frames_stop(db: Path, tmp_path: Path, worlds: WorldFactory) -> None:
-    trace = load(db, "deaths")
+    trace = load_session(db, "deaths")
     next(event for event in trace["session_time_steps"][3]["events"] if "reward" in event)["reward"] = 2.0
     page = build_episode_page(run_from_trace(trace), worlds)
     assert page.outcome.mismatch is not None
@@ -134,7 +133,7 @@ def test_view_command(db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
 
 def test_view_command_warns_about_a_divergence(tmp_path: Path, worlds: WorldFactory, capsys: Any) -> None:
-    path = store(tmp_path / "t.db", deaths_rollout(worlds, "bad", 4))
+    path = store_all(tmp_path / "t.db", deaths_rollout(worlds, "bad", 4))
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE events SET reward = 5 WHERE event_type = 'environment' AND message_time = 1")
     assert run_cli(["view", "bad", "--db", str(path), "-o", str(tmp_path / "bad.html")]) == 0
@@ -167,8 +166,7 @@ def test_view_route(tmp_path: Path) -> None:
         assert len(page_data(response.text)["positions"]) == 7
 
         missing = client.get("/runs/no-such-run/view")
-        assert missing.status_code == 404
-        assert missing.json()["error"] == {
+        assert error_body(missing, 404)["error"] == {
             "code": "not_found",
             "message": "no stored trace for run 'no-such-run'",
             "run_id": "no-such-run",
@@ -180,37 +178,22 @@ def test_view_route(tmp_path: Path) -> None:
 def test_view_route_without_tracing(tmp_path: Path) -> None:
     with view_server(tmp_path, tracing_enabled=False) as server:
         response = server.client().get("/runs/anything/view")
-    assert response.status_code == 404
-    assert response.json()["error"]["code"] == "not_found"
-    assert "tracing is disabled" in response.json()["error"]["message"]
+    assert "tracing is disabled" in error_body(response, 404, "not_found")["error"]["message"]
 
 
 # --- in a browser ---------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def chrome() -> Iterator[Any]:
-    with browser.chromium() as driver:
-        yield driver
-
-
-@pytest.fixture(scope="module")
 def viewer_page(db: Path, worlds: WorldFactory, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("pages") / "scripted-3.html"
-    path.write_text(build_episode_page(run_from_trace(load(db, "scripted-3")), worlds).html, encoding="utf-8")
+    path.write_text(build_episode_page(run_from_trace(load_session(db, "scripted-3")), worlds).html, encoding="utf-8")
     return path
 
 
 def _view_state(driver: Any) -> tuple[str, str, str, str]:
     by_id = lambda name: driver.find_element("id", name)  # noqa: E731
     return (by_id("frame").get_attribute("src"), by_id("counter").text, by_id("obs").text, by_id("actions").text)
-
-
-def _wait(predicate: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "the page did not update in time"
-        time.sleep(0.05)
 
 
 def test_browser_steps_through_an_episode(chrome: Any, viewer_page: Path, tmp_path: Path) -> None:
@@ -243,7 +226,7 @@ def test_browser_steps_through_an_episode(chrome: Any, viewer_page: Path, tmp_pa
 
     play = chrome.find_element("id", "play")
     play.click()
-    _wait(lambda: not _view_state(chrome)[1].startswith("Decision 1 ·"))
+    wait_until(lambda: not _view_state(chrome)[1].startswith("Decision 1 ·"), timeout=5.0, interval=0.05)
     play.click()
     assert play.text == "▶ play"
     paused = _view_state(chrome)[1]

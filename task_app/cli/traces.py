@@ -4,9 +4,8 @@
     task-app traces [--db PATH] show RUN_ID [--json] [--full]
     task-app traces [--db PATH] export --format jsonl|openai-sft [filters] -o FILE
 
-`--db` defaults to `Settings().traces_db` (TASKAPP_TRACES_DB, else ./traces/task_app.db). The file is
-opened with SQLite's `mode=ro`: the CLI never creates, migrates or writes a database, so it is safe to run
-against the file a live server is writing (WAL readers do not block the writer).
+`--db` is opened read-only (`trace_db.py`): the CLI never creates, migrates or writes a database, so
+it is safe to run against the file a live server is writing.
 
 Export formats, one line per LLM call:
 - `jsonl`: the seed's SFT record (seed-behaviour §6.6, `sft_records_from_trace`), every answered call;
@@ -27,10 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sqlite3
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -45,29 +42,20 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..core.settings import Settings
 from ..game import TOOL_NAME
 from ..policy.prompts import tool_schema
-from ..tracing import TraceStore, sft_records_from_trace, write_jsonl_atomic
+from ..tracing import sft_records_from_trace, write_jsonl_atomic
 from ..tracing.calls import IMAGE_REF
+from .trace_db import DB_HELP, CliError, db_path, print_error, reading
 
-EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_NOT_FOUND = 0, 1  # 2 is EXIT_USAGE (trace_db.py)
 JSONL, OPENAI_SFT = "jsonl", "openai-sft"
 EXPORT_FORMATS = (JSONL, OPENAI_SFT)
 DEFAULT_LIST_LIMIT = 50
 ALL_ROWS = -1  # SQLite: a negative LIMIT means "no limit"
 TEXT_PREVIEW_CHARS = 160  # `show` cuts the model's text here unless --full
-SQLITE_MAGIC = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$", re.IGNORECASE)
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-class _CliError(Exception):
-    """A user-facing failure: printed as one line on stderr, then the process exits with `code`."""
-
-    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 # --- arguments -------------------------------------------------------------------------------------
@@ -109,12 +97,11 @@ def _add_filters(parser: argparse.ArgumentParser) -> None:
 
 def add_traces_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Register `traces` (list / show / export) on the CLI's subcommands; returns its parser."""
-    db_help = "trace database (default: TASKAPP_TRACES_DB, else ./traces/task_app.db)"
     traces = subparsers.add_parser("traces", help="list, show and export stored rollout traces")
-    traces.add_argument("--db", type=Path, default=None, help=db_help)
+    traces.add_argument("--db", type=Path, default=None, help=DB_HELP)
     # the same option after the sub-subcommand; SUPPRESS keeps it from overwriting the value given before it
     db_option = argparse.ArgumentParser(add_help=False)
-    db_option.add_argument("--db", type=Path, default=argparse.SUPPRESS, help=db_help)
+    db_option.add_argument("--db", type=Path, default=argparse.SUPPRESS, help=DB_HELP)
     actions = traces.add_subparsers(dest="traces_command", required=True)
 
     listing = actions.add_parser("list", parents=[db_option], help="stored sessions, newest first")
@@ -137,16 +124,11 @@ def add_traces_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
     return traces
 
 
-def _db_path(args: argparse.Namespace) -> Path:
-    return Path(args.db) if args.db is not None else Settings().traces_db
-
-
 def _run(args: argparse.Namespace, main: Callable[[argparse.Namespace, Path], Awaitable[int]]) -> int:
     try:
-        return anyio.run(main, args, _db_path(args))
-    except _CliError as exc:
-        Console(stderr=True).print(f"error: {exc}", style="red", markup=False, highlight=False)
-        return exc.code
+        return anyio.run(main, args, db_path(args.db))
+    except CliError as exc:
+        return print_error(exc)
 
 
 def _out(text: str) -> None:
@@ -155,41 +137,6 @@ def _out(text: str) -> None:
 
 def _json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
-
-
-# --- opening the database --------------------------------------------------------------------------
-
-
-def _check_file(path: Path) -> None:
-    if not path.exists():
-        raise _CliError(f"no trace database at {path} (pass --db PATH or set TASKAPP_TRACES_DB)")
-    if not path.is_file():
-        raise _CliError(f"{path} is not a file")
-    try:
-        with path.open("rb") as handle:
-            magic = handle.read(len(SQLITE_MAGIC))
-    except OSError as exc:
-        raise _CliError(f"cannot read {path}: {exc}") from exc
-    if magic != SQLITE_MAGIC:
-        raise _CliError(f"{path} is not an SQLite database" + (" (empty file)" if not magic else ""))
-
-
-@asynccontextmanager
-async def _reading(path: Path) -> AsyncIterator[TraceStore]:
-    """A started read-only store; any SQLite failure while it is used becomes a `_CliError`."""
-    await anyio.to_thread.run_sync(_check_file, path)
-    store = TraceStore(path, readonly=True)
-    await store.start()
-    try:
-        if not store.running:
-            raise _CliError(f"cannot open {path}: {store.health()['last_error']}")
-        try:
-            yield store
-        except sqlite3.Error as exc:
-            problem = "is not a trace database" if "no such" in str(exc) else "could not be read"  # table/column
-            raise _CliError(f"{path} {problem} ({exc})") from exc
-    finally:
-        await store.close()
 
 
 # --- list ------------------------------------------------------------------------------------------
@@ -238,7 +185,7 @@ def _number(value: Any) -> str:
 
 
 async def _list_command(args: argparse.Namespace, db: Path) -> int:
-    async with _reading(db) as store:
+    async with reading(db) as store:
         sessions = await store.list_sessions(args.since, args.min_achievements, args.model, args.limit)
     if args.json:
         _out(_json(sessions))
@@ -372,10 +319,10 @@ def _print_session(summary: Mapping[str, Any], full: bool) -> None:
 
 
 async def _show_command(args: argparse.Namespace, db: Path) -> int:
-    async with _reading(db) as store:
+    async with reading(db) as store:
         trace = await store.get_session(args.run_id)
     if trace is None:
-        raise _CliError(f"no run {args.run_id!r} in {db}", EXIT_NOT_FOUND)
+        raise CliError(f"no run {args.run_id!r} in {db}", EXIT_NOT_FOUND)
     summary = session_summary(trace)
     if args.json:
         _out(_json(summary))
@@ -474,20 +421,20 @@ def export_records(
 
 def _prepare_output(output: Path, db: Path) -> None:
     if output.exists() and output.resolve() == db.resolve():
-        raise _CliError(f"refusing to overwrite the trace database {db} with the export")
+        raise CliError(f"refusing to overwrite the trace database {db} with the export")
     if output.is_dir():
-        raise _CliError(f"{output} is a directory; -o takes a file name")
+        raise CliError(f"{output} is a directory; -o takes a file name")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise _CliError(f"cannot create {output.parent}: {exc}") from exc
+        raise CliError(f"cannot create {output.parent}: {exc}") from exc
 
 
 async def _export_command(args: argparse.Namespace, db: Path) -> int:
     output: Path = args.output
     stats = ExportStats()
     stderr = Console(stderr=True)
-    async with _reading(db) as store:
+    async with reading(db) as store:
         await anyio.to_thread.run_sync(_prepare_output, output, db)
         sessions = await store.list_sessions(args.since, args.min_achievements, args.model, ALL_ROWS)
         run_ids = [row["session_id"] for row in reversed(sessions)]  # oldest first
@@ -513,7 +460,7 @@ async def _export_command(args: argparse.Namespace, db: Path) -> int:
             try:
                 await anyio.to_thread.run_sync(write_jsonl_atomic, output.parent, output.name, lines())
             except OSError as exc:
-                raise _CliError(f"cannot write {output}: {exc}") from exc
+                raise CliError(f"cannot write {output}: {exc}") from exc
     _export_report(stderr, output, args.format, stats)
     return EXIT_OK
 

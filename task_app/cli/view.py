@@ -3,9 +3,9 @@
     task-app replay RUN_ID [--db PATH] [--json]
     task-app view RUN_ID [-o FILE.html] [--db PATH] [--frame-size PX]
 
-Both read the run's trace from the trace database (opened read-only, like `task-app traces`; `--db`
-defaults to TASKAPP_TRACES_DB, else ./traces/task_app.db) and rebuild its episodes from the seed, the
-recorded settings and the executed actions (`task_app/replay.py`).
+Both read the run's trace from the trace database (opened read-only as `task-app traces` opens it,
+`trace_db.py`) and rebuild its episodes from the seed, the recorded settings and the executed actions
+(`inspection/replay.py`).
 
 `replay` exit codes: 0 every observation, reward, unlock and end flag matches the trace; 1 the replay
 diverged (the first differing decision is printed with a short diff); 2 the run cannot be replayed
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sqlite3
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,20 +27,14 @@ from typing import Any
 import anyio
 from rich.console import Console
 
-from ..core.settings import Settings
 from ..game import WorldFactory
 from ..inspection.replay import RecordedRun, ReplayError, ReplayOutcome, replay, run_from_trace
 from ..inspection.viewer import FRAME_SIZE, build_episode_page, page_name
-from ..tracing import TraceStore
+from .trace_db import DB_HELP, CliError, db_path, print_error, reading
 
-EXIT_OK, EXIT_MISMATCH, EXIT_UNREPLAYABLE = 0, 1, 2
+EXIT_OK, EXIT_MISMATCH, EXIT_UNREPLAYABLE = 0, 1, 2  # a CliError exits 2 too
 WORLD_CACHE = 4  # a run replays one seed: its world is generated once, restored for every reset
 MIN_FRAME, MAX_FRAME = 16, 1024
-DB_HELP = "trace database (default: TASKAPP_TRACES_DB, else ./traces/task_app.db)"
-
-
-class _Failure(Exception):
-    """The run could not be loaded or replayed: one line on stderr, exit 2."""
 
 
 def add_viewer_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,36 +62,19 @@ def add_viewer_parsers(subparsers: argparse._SubParsersAction[argparse.ArgumentP
 
 async def load_trace(db: Path, run_id: str) -> dict[str, Any]:
     """The stored session of `run_id`, read through a read-only store."""
-    store = TraceStore(db, readonly=True)
-    await store.start()
-    try:
-        if not store.running:
-            raise _Failure(f"cannot open {db}: {store.health()['last_error']}")
-        try:
-            trace = await store.get_session(run_id)
-        except sqlite3.Error as exc:
-            raise _Failure(f"{db} could not be read as a trace database ({exc})") from exc
-    finally:
-        await store.close()
+    async with reading(db) as store:
+        trace = await store.get_session(run_id)
     if trace is None:
-        raise _Failure(f"no run {run_id!r} in {db}")
+        raise CliError(f"no run {run_id!r} in {db}")
     return trace
 
 
 def _load_run(args: argparse.Namespace) -> RecordedRun:
-    db = Path(args.db) if args.db is not None else Settings().traces_db
-    if not db.is_file():
-        raise _Failure(f"no trace database at {db} (pass --db PATH or set TASKAPP_TRACES_DB)")
-    trace = anyio.run(load_trace, db, args.run_id)
+    trace = anyio.run(load_trace, db_path(args.db), args.run_id)
     try:
         return run_from_trace(trace)
     except ReplayError as exc:
-        raise _Failure(f"run {args.run_id!r} cannot be replayed: {exc}") from exc
-
-
-def _fail(exc: Exception) -> int:
-    Console(stderr=True).print(f"error: {exc}", style="red", markup=False, highlight=False)
-    return EXIT_UNREPLAYABLE
+        raise CliError(f"run {args.run_id!r} cannot be replayed: {exc}") from exc
 
 
 # --- replay ---------------------------------------------------------------------------------------
@@ -159,8 +135,8 @@ def _print_verdict(outcome: ReplayOutcome) -> None:
 def replay_command(args: argparse.Namespace) -> int:
     try:
         run = _load_run(args)
-    except _Failure as exc:
-        return _fail(exc)
+    except CliError as exc:
+        return print_error(exc)
     outcome = replay(run, WorldFactory(cache_size=WORLD_CACHE))
     if args.json:
         sys.stdout.write(json.dumps(verdict(outcome), indent=2) + "\n")
@@ -177,18 +153,18 @@ def replay_command(args: argparse.Namespace) -> int:
 def view_command(args: argparse.Namespace) -> int:
     console = Console(stderr=True, highlight=False)
     if not MIN_FRAME <= args.frame_size <= MAX_FRAME:
-        return _fail(_Failure(f"--frame-size must be in [{MIN_FRAME}, {MAX_FRAME}]"))
+        return print_error(CliError(f"--frame-size must be in [{MIN_FRAME}, {MAX_FRAME}]"))
     try:
         run = _load_run(args)
-    except _Failure as exc:
-        return _fail(exc)
+    except CliError as exc:
+        return print_error(exc)
     page = build_episode_page(run, WorldFactory(cache_size=WORLD_CACHE), frame_size=args.frame_size)
     output: Path = args.output or Path(page_name(run.run_id))
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(page.html, encoding="utf-8")
     except OSError as exc:
-        return _fail(_Failure(f"cannot write {output}: {exc}"))
+        return print_error(CliError(f"cannot write {output}: {exc}"))
     outcome = page.outcome
     if outcome.mismatch is not None:
         miss = outcome.mismatch

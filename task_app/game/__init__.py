@@ -2,7 +2,7 @@
 
 from .actions import ACHIEVEMENTS, ACTION_IDS, ACTIONS, TOOL_NAME, ActionPlan, normalise_tool_calls
 from .episode import DecisionOutcome, Game
-from .observation import Observation
+from .observation import VITALS, Observation
 from .traits import WorldTraits, world_traits
 from .worlds import GameEnv, WorldFactory
 
@@ -11,6 +11,7 @@ __all__ = [
     "ACTIONS",
     "ACTION_IDS",
     "TOOL_NAME",
+    "VITALS",
     "ActionPlan",
     "DecisionOutcome",
     "Game",

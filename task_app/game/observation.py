@@ -64,9 +64,8 @@ SYMBOLS: dict[str, str] = {
     "plant": "p",
 }
 OUTSIDE = "X"
-_SYMBOL_OF_ID = np.array([SYMBOLS[name] for name in SEMANTIC_NAMES])
+VITALS: tuple[str, ...] = ("health", "food", "drink", "energy")  # inventory counters of 0..9, not items
 _DIRECTION_NAMES = {(-1, 0): "left", (1, 0): "right", (0, -1): "up", (0, 1): "down"}
-_VITALS = ("health", "food", "drink", "energy")
 _NIGHT = 0.5
 
 
@@ -174,8 +173,8 @@ def render_text(env: GameEnv, semantic: np.ndarray, terminated: bool, truncated:
     facing_name = SEMANTIC_NAMES[semantic[target]] if inside else "the edge of the world"
     daylight = float(env.world.daylight)
     unlocked = [name for name in ACHIEVEMENTS if player.achievements.get(name, 0) > 0]
-    items = [f"{name} {count}" for name, count in inventory.items() if name not in _VITALS and count > 0]
-    vitals = ", ".join(f"{name} {inventory[name]}/9" for name in _VITALS)
+    items = [f"{name} {count}" for name, count in inventory.items() if name not in VITALS and count > 0]
+    vitals = ", ".join(f"{name} {inventory[name]}/9" for name in VITALS)
     map_lines, legend = _render_map(local_view(semantic, pos))
     found = nearest(semantic, pos, NEARBY_KINDS)
 

@@ -31,10 +31,9 @@ import numpy as np
 from PIL import Image
 
 from ..core.settings import Settings
-from ..game import ActionPlan, Game, WorldFactory
+from ..game import VITALS, ActionPlan, Game, WorldFactory
 
 ENV_INSTANCE = "environment:crafter"
-VITALS = ("health", "food", "drink", "energy")
 RESET, TERMINATE = "reset", "terminate"
 PALETTE_COLOURS = 256
 DIFF_LINES = 12  # a text mismatch shows at most this many diff lines
@@ -322,7 +321,7 @@ def _spec(
         raise ReplayError("the record has no seed (metadata.seed)")
     defaults = Settings.model_fields
     area = stored.get("area")
-    if not (isinstance(area, list | tuple) and len(area) == 2):  # noqa: PLR2004 - (width, height)
+    if not (isinstance(area, list | tuple) and len(area) == 2):  # (width, height)
         area = defaults["area"].default
         assumed.append("area")
     length = _as_int(stored.get("length"))

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..core.stats import percentile
 from ..game import ACHIEVEMENTS, WorldFactory
 from .replay import ReplayError, run_from_response
 from .scoring import EpisodeRow, crafter_score, mean_achievements, success_rates
@@ -114,11 +115,6 @@ def call_samples(rows: Sequence[EpisodeRow]) -> dict[str, list[float]]:
     return samples
 
 
-def _percentile(values: Sequence[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
 def _calls_section(rows: Sequence[EpisodeRow]) -> str:
     samples = call_samples(rows)
     if not any(samples.values()):
@@ -129,7 +125,7 @@ def _calls_section(rows: Sequence[EpisodeRow]) -> str:
         if not values:
             body.append(f"<tr><td>{name}</td><td>0</td><td colspan=4 class=muted>not reported</td></tr>")
             continue
-        cells = [statistics.fmean(values), statistics.median(values), _percentile(values, 0.9), max(values)]
+        cells = [statistics.fmean(values), statistics.median(values), percentile(values, 90), max(values)]
         body.append(
             f"<tr><td>{name}</td><td>{len(values)}</td>"
             + "".join(f"<td>{value:,.0f}</td>" for value in cells)

@@ -27,16 +27,16 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from ..game import WorldFactory
+from ..game import VITALS, WorldFactory
 from ..tracing import safe_name
-from .replay import VITALS, RecordedDecision, RecordedRun, ReplayOutcome, Snapshot, replay
+from .replay import RecordedDecision, RecordedRun, ReplayOutcome, Snapshot, replay
 
 FRAME_SIZE = 144  # rendered px: 9 tiles of 16 px, crafter's texture resolution
 DISPLAY_SIZE = 288  # shown px
 CHART_WIDTH, CHART_HEIGHT, CHART_PAD = 640, 120, 18
 MAX_VITAL = 9
 VITAL_COLOURS = {"health": "#e5484d", "food": "#f5a524", "drink": "#3e8ed0", "energy": "#46a758"}
-_VITALS_LINE = re.compile(r"(health|food|drink|energy) (\d+)/\d+")
+_VITALS_LINE = re.compile(rf"({'|'.join(VITALS)}) (\d+)/\d+")
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,120}")
 _ACHIEVEMENTS_LINE = re.compile(r"^Achievements \(\d+/\d+\): (.*)$", re.MULTILINE)
 

@@ -1,8 +1,8 @@
-"""What the rollout engine needs from a policy, and what a policy hands back."""
+"""What the rollout engine needs from a policy, what a policy hands back, and the text of a chat message."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
@@ -57,6 +57,17 @@ class LMCall:
             return int(value)
         prompt, completion = self.input_tokens, self.output_tokens
         return prompt + completion if prompt is not None and completion is not None else None
+
+
+def content_text(content: Any) -> str:
+    """The plain text of an OpenAI message `content`: a string, or the text parts of a list joined by newlines."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            part["text"] for part in content if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+        )
+    return ""
 
 
 @dataclass(slots=True)

@@ -25,7 +25,7 @@ import anyio
 
 from ..core.settings import Settings
 from ..game import ACTIONS, TOOL_NAME, Observation, normalise_tool_calls
-from .base import HistoryEntry, LMCall, PolicyDecision
+from .base import HistoryEntry, LMCall, PolicyDecision, content_text
 from .config import PolicyConfig
 from .inference import InferenceClient, InferenceTarget, chat_params, resolve_target
 from .prompts import build_messages, tool_choice, tool_schema
@@ -65,16 +65,6 @@ class ParsedAnswer:
 
 def _executable(calls: list[dict[str, Any]], max_actions: int) -> bool:
     return bool(calls) and not normalise_tool_calls(calls, max_actions).fallback_noop
-
-
-def _content_text(message: Mapping[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [part.get("text") for part in content if isinstance(part, Mapping)]
-        return "\n".join(part for part in parts if isinstance(part, str))
-    return ""
 
 
 def _interact_many(actions: list[Any], max_actions: int) -> dict[str, Any]:
@@ -189,7 +179,7 @@ def parse_answer(body: Mapping[str, Any], max_actions: int) -> ParsedAnswer:
         calls, source = [{"type": "function", "function": dict(message["function_call"])}], "function_call"
     if _executable(calls, max_actions):
         return ParsedAnswer(calls, True, source, finish_reason=finish, message=message)
-    text = _content_text(message)
+    text = content_text(message.get("content"))
     synthesised = calls_from_text(text, max_actions)
     if _executable(synthesised, max_actions):
         return ParsedAnswer(synthesised, True, "text", finish_reason=finish, message=message)

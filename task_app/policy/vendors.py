@@ -26,6 +26,7 @@ import crafter.constants
 
 from ..core.errors import InvalidRequest
 from ..game import TOOL_NAME, normalise_tool_calls
+from .base import content_text
 from .inference import PROVIDER_GROQ, PROVIDER_OPENAI, chat_params
 from .react import calls_from_text
 
@@ -151,16 +152,6 @@ def with_crafting_hint(messages: list[Any]) -> list[Any]:
 # --- the answer --------------------------------------------------------------------------------------
 
 
-def _message_text(message: Mapping[str, Any]) -> str:
-    content = message.get("content")
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [part.get("text") for part in content if isinstance(part, Mapping)]
-        return "\n".join(part for part in parts if isinstance(part, str))
-    return ""
-
-
 def synthesise_tool_call(body: dict[str, Any], max_actions: int) -> bool:
     """Give a text-only first choice an `interact_many` tool call when its text names actions. In place.
 
@@ -174,7 +165,7 @@ def synthesise_tool_call(body: dict[str, Any], max_actions: int) -> bool:
     message = choices[0].get("message")
     if not isinstance(message, dict) or message.get("tool_calls") or message.get("function_call"):
         return False
-    calls = calls_from_text(_message_text(message), max_actions)
+    calls = calls_from_text(content_text(message.get("content")), max_actions)
     plan = normalise_tool_calls(calls, max_actions)
     if not calls or plan.fallback_noop:
         return False

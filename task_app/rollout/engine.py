@@ -29,24 +29,14 @@ from ..game.actions import NOOP, plan_from_names
 from ..policy.base import HistoryEntry, Policy, PolicyDecision, PolicyError
 from .control import RunControl
 from .plan import AGENT, RolloutPlan
-from .result import (
-    STOP_ABORTED,
-    STOP_DEADLINE,
-    STOP_EPISODE_DONE,
-    STOP_MAX_OPS,
-    STOP_POLICY_ERROR,
-    STOP_POLICY_UNUSABLE,
-    DecisionRecord,
-    EpisodeSummary,
-    RolloutResult,
-)
+from .result import DecisionRecord, EpisodeSummary, RolloutResult, StopReason
 from .rewards import StepRewardShaper
 
 logger = logging.getLogger(__name__)
 
 
 class _Stop(Exception):
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: StopReason) -> None:
         super().__init__(reason)
         self.reason = reason
 
@@ -102,7 +92,7 @@ class RolloutEngine:
                     self.result.ops_executed += 1
                     self._publish_progress()
             if scope.cancelled_caught:
-                raise _Stop(STOP_ABORTED if self.control.aborted else STOP_DEADLINE)
+                raise _Stop(StopReason.ABORTED if self.control.aborted else StopReason.DEADLINE)
         except _Stop as stop:
             self.result.stop_reason = stop.reason
         finally:
@@ -113,13 +103,13 @@ class RolloutEngine:
 
     def _check_limits(self) -> None:
         if self.control.aborted:
-            raise _Stop(STOP_ABORTED)
+            raise _Stop(StopReason.ABORTED)
         if self._game is not None and self._game.done and self.plan.on_done == "terminate":
-            raise _Stop(STOP_EPISODE_DONE)
+            raise _Stop(StopReason.EPISODE_DONE)
         if self.result.ops_executed >= self.plan.max_ops:
-            raise _Stop(STOP_MAX_OPS)
+            raise _Stop(StopReason.MAX_OPS)
         if self._deadline is not None and anyio.current_time() >= self._deadline:
-            raise _Stop(STOP_DEADLINE)
+            raise _Stop(StopReason.DEADLINE)
 
     # --- ops ------------------------------------------------------------------------------------
 
@@ -147,7 +137,7 @@ class RolloutEngine:
             decision = await self.policy.decide(self._observation, tuple(self.history))
         except PolicyError as exc:
             self.result.error = {"code": exc.code, "message": str(exc), "status": exc.status}
-            raise _Stop(STOP_POLICY_ERROR) from exc
+            raise _Stop(StopReason.POLICY_ERROR) from exc
         self.result.decisions += 1
         if decision.usable:
             self._unusable_streak = 0
@@ -155,7 +145,7 @@ class RolloutEngine:
             self.result.unusable_answers += 1
             self._unusable_streak += 1
             if self._unusable_streak >= self.unusable_limit:
-                raise _Stop(STOP_POLICY_UNUSABLE)
+                raise _Stop(StopReason.POLICY_UNUSABLE)
         self._pending = decision
 
     async def _env(self) -> None:

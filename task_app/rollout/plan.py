@@ -105,7 +105,7 @@ def apply_math_alias(request: RolloutRequest) -> tuple[RolloutRequest, bool]:
         "step_rewards": shaping,
     }
     policy_config.update(request.policy.config)
-    ops = request.ops if len(request.ops) >= 20 else [AGENT, ENV] * 10  # noqa: PLR2004 - seed's rule
+    ops = request.ops if len(request.ops) >= 20 else [AGENT, ENV] * 10  # seed's rule
     remapped = request.model_copy(
         update={
             "env": request.env.model_copy(update={"env_name": "crafter", "env_id": None, "config": env_config}),
@@ -201,7 +201,7 @@ def _seed(request: RolloutRequest, settings: Settings) -> int:
 
 def _area(env_config: EnvConfig, settings: Settings) -> tuple[int, int]:
     area = env_config.area or settings.area
-    if not all(9 <= side <= MAX_AREA for side in area):  # noqa: PLR2004 - one screen is 9 tiles wide
+    if not all(9 <= side <= MAX_AREA for side in area):  # one screen is 9 tiles wide
         raise InvalidRequest(f"env.config.area sides must be in [9, {MAX_AREA}]", code="invalid_env_config")
     return (int(area[0]), int(area[1]))
 

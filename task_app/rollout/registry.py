@@ -7,12 +7,12 @@ Single-threaded by design: only the event loop touches it.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from ..core.errors import CapacityExceeded, Conflict, NotFound
+from ..core.lru import LruMap
 from .control import RunControl, RunStatus
 
 
@@ -38,11 +38,11 @@ class RunEntry:
 class RunRegistry:
     def __init__(self, max_active: int, keep_finished: int, keep_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_active = max_active
-        self._keep_finished = keep_finished
-        self._keep_bytes = keep_bytes
         self._active: dict[str, RunEntry] = {}
-        self._finished: OrderedDict[str, RunEntry] = OrderedDict()
-        self._cached_bytes = 0
+        # oldest finished first out: reads do not refresh an entry (touch=False)
+        self._finished: LruMap[str, RunEntry] = LruMap(
+            keep_finished, max_weight=keep_bytes, weight=lambda entry: len(entry.response or b"")
+        )
 
     @property
     def active(self) -> int:
@@ -52,7 +52,7 @@ class RunRegistry:
         """A new running entry, or the finished entry to replay. Raises Conflict / CapacityExceeded."""
         if run_id in self._active:
             raise Conflict(f"run {run_id!r} is still running", code="run_in_progress", run_id=run_id)
-        finished = self._finished.get(run_id)
+        finished = self._finished.get(run_id, touch=False)
         if finished is not None and finished.response is not None:
             return finished
         if len(self._active) >= self.max_active:
@@ -66,17 +66,10 @@ class RunRegistry:
         entry.status = status
         entry.finished_at = datetime.now(UTC)
         entry.response = response
-        previous = self._finished.pop(entry.run_id, None)
-        if previous is not None and previous.response is not None:
-            self._cached_bytes -= len(previous.response)
-        self._finished[entry.run_id] = entry
-        self._cached_bytes += len(response or b"")
-        while self._finished and (len(self._finished) > self._keep_finished or self._cached_bytes > self._keep_bytes):
-            _, dropped = self._finished.popitem(last=False)
-            self._cached_bytes -= len(dropped.response or b"")
+        self._finished.put(entry.run_id, entry)
 
     def get(self, run_id: str) -> RunEntry:
-        entry = self._active.get(run_id) or self._finished.get(run_id)
+        entry = self._active.get(run_id) or self._finished.get(run_id, touch=False)
         if entry is None:
             raise NotFound(f"run {run_id!r} not found", code="run_not_found", run_id=run_id)
         return entry

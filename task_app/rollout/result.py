@@ -6,6 +6,7 @@ the response and the stored trace can never disagree.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from statistics import fmean
@@ -16,14 +17,21 @@ from ..policy.base import PolicyDecision
 from .plan import RolloutPlan
 from .rewards import StepwiseResult
 
-STOP_COMPLETED = "completed"  # every op ran
-STOP_EPISODE_DONE = "episode_done"  # on_done=terminate and the episode ended
-STOP_MAX_OPS = "max_ops"
-STOP_DEADLINE = "deadline"
-STOP_ABORTED = "aborted"
-STOP_POLICY_UNUSABLE = "policy_unusable"
-STOP_POLICY_ERROR = "policy_error"
-NOT_ABORTED = frozenset({STOP_COMPLETED, STOP_EPISODE_DONE})
+
+class StopReason(enum.StrEnum):
+    """Why a rollout stopped (`metrics.details.stop_reason`); all but the first two set `aborted`."""
+
+    COMPLETED = "completed"  # every op ran
+    EPISODE_DONE = "episode_done"  # on_done=terminate and the episode ended
+    MAX_OPS = "max_ops"
+    DEADLINE = "deadline"
+    ABORTED = "aborted"
+    POLICY_UNUSABLE = "policy_unusable"
+    POLICY_ERROR = "policy_error"
+
+    @property
+    def aborts(self) -> bool:
+        return self not in (StopReason.COMPLETED, StopReason.EPISODE_DONE)
 
 
 @dataclass(slots=True)
@@ -112,7 +120,7 @@ class RolloutResult:
     ops_executed: int = 0
     decisions: int = 0
     unusable_answers: int = 0
-    stop_reason: str = STOP_COMPLETED
+    stop_reason: StopReason = StopReason.COMPLETED
     error: dict[str, Any] | None = None
     final_obs_text: str = ""
     finished_at: datetime | None = None
@@ -122,7 +130,7 @@ class RolloutResult:
 
     @property
     def aborted(self) -> bool:
-        return self.stop_reason not in NOT_ABORTED
+        return self.stop_reason.aborts
 
     @property
     def final_achievements(self) -> list[str]:
@@ -143,7 +151,7 @@ class RolloutResult:
             "achievements": achievements,
             "achievement_count": len(achievements),
             "all_achievements": sorted({name for ep in self.episodes for name in ep.achievements}),
-            "stop_reason": self.stop_reason,
+            "stop_reason": self.stop_reason.value,
             "seed": self.plan.seed,
             "decisions": self.decisions,
             "actions_executed": sum(len(record.outcome.results) for record in self.records),

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ..game import DecisionOutcome
+from ..game import VITALS, DecisionOutcome
 
 Strategy = Literal["consistent", "per_achievement"]
 _STRATEGY_ALIASES: dict[str, Strategy] = {
@@ -29,7 +29,6 @@ _STRATEGY_ALIASES: dict[str, Strategy] = {
         "per_achievement",
     ),
 }
-VITALS = frozenset({"health", "food", "drink", "energy"})
 RESOURCE_WEIGHTS: dict[str, float] = {
     "wood": 0.10,
     "sapling": 0.08,

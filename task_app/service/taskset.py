@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from typing import Any
 
+from ..core.lru import LruMap
 from ..core.rubrics import Rubric
 from ..core.settings import Settings
 from ..game import ACTIONS, TOOL_NAME, WorldFactory, WorldTraits, world_traits
@@ -41,22 +41,17 @@ class TraitsCache:
 
     def __init__(self, worlds: WorldFactory, size: int) -> None:
         self._worlds = worlds
-        self._size = size
-        self._items: OrderedDict[tuple[int, tuple[int, int], int], WorldTraits] = OrderedDict()
+        self._items: LruMap[tuple[int, tuple[int, int], int], WorldTraits] = LruMap(size)
         self._lock = threading.Lock()
 
     def get(self, seed: int, area: tuple[int, int], length: int) -> WorldTraits:
         key = (seed, area, length)
         with self._lock:
             traits = self._items.get(key)
-            if traits is not None:
-                self._items.move_to_end(key)
-                return traits
-        traits = world_traits(self._worlds.world(seed, area, length))
-        with self._lock:
-            self._items[key] = traits
-            while len(self._items) > self._size:
-                self._items.popitem(last=False)
+        if traits is None:
+            traits = world_traits(self._worlds.world(seed, area, length))
+            with self._lock:
+                self._items.put(key, traits)
         return traits
 
 

@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..core import json_codec
-from ..policy.base import LMCall
+from ..policy.base import LMCall, content_text
 
 API_TYPE = "chat_completions"
 CALL_RECORD_SCHEMA = "1.0"
@@ -69,18 +69,6 @@ def _json_default(value: Any) -> Any:
 
 
 # --- message content ------------------------------------------------------------------------------
-
-
-def content_text(content: Any) -> str:
-    """The plain text of an OpenAI message `content` (a string or a list of parts)."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = [str(part.get("text", "")) for part in content if isinstance(part, Mapping) and "text" in part]
-        return "\n".join(texts)
-    return str(content)
 
 
 def content_has_image(content: Any) -> bool:

@@ -31,7 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .calls import content_has_image, content_text, dumps, iso, openai_message
+from ..policy.base import content_text
+from .calls import content_has_image, dumps, iso, openai_message
 
 if TYPE_CHECKING:
     from ..policy.base import LMCall

@@ -227,7 +227,7 @@ class TraceStore:
         if callable(rows):
             try:
                 rows = await asyncio.to_thread(rows)
-            except Exception as exc:  # noqa: BLE001 - a trace-building bug must not fail the rollout; logged, counted
+            except Exception as exc:  # a trace-building bug must not fail the rollout; logged, counted
                 logger.warning("building the trace rows failed", exc_info=True, extra={"run_id": run_id})
                 return self._mark_failure(run_id, f"trace rows: {_error_text(exc)}")
         job = _Job(rows, asyncio.get_running_loop().create_future())
@@ -264,7 +264,7 @@ class TraceStore:
             try:
                 async with self._lock:
                     await self._commit([job.rows for job in batch])
-            except Exception:  # noqa: BLE001 - retried one by one below, where each failure is reported
+            except Exception:  # retried one by one below, where each failure is reported
                 logger.debug("group commit of %d traces failed; writing them one by one", len(batch), exc_info=True)
             else:
                 self._written += len(batch)
@@ -281,7 +281,7 @@ class TraceStore:
                 await self._commit([rows])
         except _STORAGE_ERRORS as exc:
             return self._mark_failure(rows.session_id, _error_text(exc))
-        except Exception as exc:  # noqa: BLE001 - the one writer must outlive any bad job; logged, counted, returned
+        except Exception as exc:  # the one writer must outlive any bad job; logged, counted, returned
             logger.warning("trace writer failed on one job", exc_info=True, extra={"run_id": rows.session_id})
             return self._mark_failure(rows.session_id, _error_text(exc))
         self._written += 1

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from .calls import call_record, content_text, dumps, iso, strip_images
+from ..policy.base import content_text
+from .calls import call_record, dumps, iso, strip_images
 from .compact import SYSTEM, system_body
 from .rewards import decision_rewards, event_rewards, outcome_reward
 
@@ -72,7 +73,7 @@ def session_metadata(result: RolloutResult) -> dict[str, Any]:
         "mode": plan.mode,
         "model": plan.policy.model,
         "trace_correlation_id": plan.trace_correlation_id,
-        "stop_reason": result.stop_reason,
+        "stop_reason": result.stop_reason.value,
         "aborted": result.aborted,
         "outcome_reward": outcome_reward(result),
         "replay": replay_settings(result),

@@ -64,12 +64,12 @@ async def _http_error(request: Request, exc: Exception) -> JSONBytes:
     if not isinstance(exc, StarletteHTTPException):  # pragma: no cover
         raise exc
     code = _STATUS_CODES.get(exc.status_code, "http_error")
-    if exc.status_code == 400:  # noqa: PLR2004 - FastAPI's "error parsing the body" (e.g. nesting too deep)
+    if exc.status_code == 400:  # FastAPI's "error parsing the body" (e.g. nesting too deep)
         if (denied := _denied(request)) is not None:
             return await _task_app_error(request, denied)
         code = "invalid_json"
     headers = exc.headers
-    if exc.status_code == 405:  # noqa: PLR2004 - list every method of the path, not just one route's
+    if exc.status_code == 405:  # list every method of the path, not just one route's
         headers = {**(headers or {}), "Allow": allowed_methods(request)}
     return JSONBytes(error_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers)
 

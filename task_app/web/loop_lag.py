@@ -19,17 +19,13 @@ import logging
 from collections import deque
 from typing import Any
 
+from ..core.stats import percentile
+
 logger = logging.getLogger(__name__)
 
 RECENT_SAMPLES = 1024  # sorted on every /health call: keep it cheap
 # Upper bounds of the histogram buckets, in milliseconds (the last bucket is everything above).
 BUCKETS_MS: tuple[float, ...] = (0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 50, 75, 100, 200, 500, 1000, 5000)
-_PERCENT = 100
-
-
-def _percentile(ordered: list[float], q: float) -> float:
-    rank = max(1, min(len(ordered), round(q / _PERCENT * len(ordered) + 0.5)))
-    return ordered[rank - 1]
 
 
 class LoopLagProbe:
@@ -80,8 +76,8 @@ class LoopLagProbe:
             "max_ms": round(self._max_ms, 3),
             "recent": {
                 "samples": len(recent),
-                "p50_ms": round(_percentile(recent, 50), 3) if recent else None,
-                "p99_ms": round(_percentile(recent, 99), 3) if recent else None,
+                "p50_ms": round(percentile(recent, 50), 3) if recent else None,
+                "p99_ms": round(percentile(recent, 99), 3) if recent else None,
                 "max_ms": round(recent[-1], 3) if recent else None,
             },
             "buckets_ms": buckets,

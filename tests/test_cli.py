@@ -1,0 +1,125 @@
+"""The commands users run first, as they run them: the installed `task-app` script in a child process.
+
+`demo` end to end in an empty directory; `eval` against a real app server and the loopback fake model;
+`serve` answering `/health` on a free port until it is stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+from conftest import SECRETS, TEST_KEY, AppServer, assert_no_key_material, wait_until
+from fake_model import FakeModel
+
+TASK_APP = str(Path(sys.executable).with_name("task-app"))  # the console script `pip install` made
+RUN_TIMEOUT_S = 120.0
+_ROW = re.compile(r"│\s+(\d+)\s+│\s+(\d+)\s+│\s+([\d.]+)\s+│\s+(\d+)\s+│\s+([\d.]+)\s+│\s+(\w+)\s+│")
+
+
+def _environment(**extra: str) -> dict[str, str]:
+    """This test's environment (already without TASKAPP_* and keys) plus a wide terminal for rich's tables."""
+    return {**os.environ, "COLUMNS": "200", **extra}
+
+
+def _task_app(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [TASK_APP, *args],
+        cwd=cwd,
+        env=_environment(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
+
+
+def _rows(output: str) -> dict[int, tuple[int, int, str]]:
+    """The per-seed table: seed → (achievements, steps, stop)."""
+    return {int(seed): (int(count), int(steps), stop) for seed, count, _, steps, _, stop in _ROW.findall(output)}
+
+
+def test_demo_plays_two_seeds_and_leaves_traces_and_a_report(tmp_path: Path) -> None:
+    run = _task_app("demo", "--seeds", "0-1", "--decisions", "20", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = _rows(run.stdout)
+    assert set(rows) == {0, 1}, run.stdout
+    assert all(steps == 20 and stop == "completed" and count > 0 for count, steps, stop in rows.values()), rows
+    assert "Mean achievements per episode:" in run.stdout and "Crafter score:" in run.stdout
+    db = tmp_path / "traces" / "task_app.db"
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM session_traces").fetchone()[0] == 2
+    assert (tmp_path / "traces" / "report.html").stat().st_size > 0
+    assert len(list((tmp_path / "traces" / "episodes").glob("demo-*.html"))) == 2
+
+
+def test_eval_drives_a_served_app_against_the_fake_model(
+    app_server: AppServer, fake_model: FakeModel, tmp_path: Path
+) -> None:
+    run = _task_app(
+        "eval",
+        *("--base-url", app_server.base_url, "--api-key", TEST_KEY),
+        *("--inference-url", fake_model.url(), "--model", "fake-model"),
+        *("--seeds", "3,5", "--decisions", "3", "--concurrency", "2"),
+        *("--report", str(tmp_path / "out" / "report.html")),
+        cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert {seed: (steps, stop) for seed, (_, steps, stop) in _rows(run.stdout).items()} == {
+        3: (3, "completed"),
+        5: (3, "completed"),
+    }
+    assert len(fake_model.requests) == 6  # three decisions per seed, each one model call
+    assert (tmp_path / "out" / "report.html").exists()
+    assert len(list((tmp_path / "out" / "episodes").glob("eval-*.html"))) == 2
+    assert_no_key_material(run.stdout + run.stderr, SECRETS)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_serve_answers_health_and_stops_cleanly(tmp_path: Path) -> None:
+    port = _free_port()
+    environment = _environment(
+        ENVIRONMENT_API_KEY=TEST_KEY, TASKAPP_TRACES_DB=str(tmp_path / "t.db"), TASKAPP_WARM_UP="false"
+    )
+    with subprocess.Popen(
+        [TASK_APP, "serve", "--port", str(port)],
+        cwd=tmp_path,  # no .env here
+        env=environment,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    ) as server:
+        try:
+
+            def answers() -> bool:
+                assert server.poll() is None, "task-app serve exited"
+                try:
+                    response = httpx.get(f"http://127.0.0.1:{port}/health", timeout=2.0, trust_env=False)
+                except httpx.TransportError:
+                    return False
+                assert response.status_code == 200, response.text
+                assert response.json()["healthy"] is True
+                return True
+
+            wait_until(answers, timeout=60.0, interval=0.05)
+        finally:
+            server.send_signal(signal.SIGINT)  # uvicorn's graceful shutdown
+            output, _ = server.communicate(timeout=30)
+    assert server.returncode == 0, output
+    assert "Application shutdown complete" in output
+    assert_no_key_material(output, SECRETS)
