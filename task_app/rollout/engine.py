@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from time import perf_counter
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 
 from ..core.offload import Offload, run_in_thread
+from ..core.rubrics import Rubric
 from ..game import Game, Observation, WorldFactory, normalise_tool_calls
 from ..game.actions import NOOP, plan_from_names
 from ..policy.base import HistoryEntry, Policy, PolicyDecision, PolicyError
@@ -33,6 +34,7 @@ from .result import (
     STOP_ABORTED,
     STOP_DEADLINE,
     STOP_EPISODE_DONE,
+    STOP_INTERNAL,
     STOP_MAX_OPS,
     STOP_POLICY_ERROR,
     STOP_POLICY_UNUSABLE,
@@ -41,6 +43,7 @@ from .result import (
     RolloutResult,
 )
 from .rewards import StepRewardShaper
+from .rubric_scores import score_rollout
 
 logger = logging.getLogger(__name__)
 
@@ -66,8 +69,10 @@ class RolloutEngine:
         unusable_limit: int = 3,
         deadline: float | None = None,
         on_record: Callable[[RolloutResult, DecisionRecord], None] | None = None,
+        rubrics: Mapping[str, Rubric] | None = None,
     ) -> None:
         self.plan = plan
+        self.rubrics = rubrics  # the shipped rubrics: metrics.outcome_score / events_score
         self.on_record = on_record  # called with each decision as it is recorded (trace rows)
         self.policy = policy
         self.worlds = worlds
@@ -105,6 +110,14 @@ class RolloutEngine:
                 raise _Stop(STOP_ABORTED if self.control.aborted else STOP_DEADLINE)
         except _Stop as stop:
             self.result.stop_reason = stop.reason
+        except Exception as exc:  # noqa: BLE001 - a bug ends this rollout with what ran, never the process's others
+            logger.error("rollout failed", exc_info=True, extra={"run_id": self.plan.run_id})
+            self.result.stop_reason = STOP_INTERNAL
+            self.result.error = {
+                "code": STOP_INTERNAL,
+                "message": f"internal error ({type(exc).__name__}) after {len(self.result.records)} decision(s); "
+                "the task app's log has the details",
+            }
         finally:
             self.control.bind(None)
         return self._finish()
@@ -155,6 +168,11 @@ class RolloutEngine:
             self.result.unusable_answers += 1
             self._unusable_streak += 1
             if self._unusable_streak >= self.unusable_limit:
+                reason = decision.meta.get("unusable_reason") or "no executable action"
+                self.result.error = {
+                    "code": STOP_POLICY_UNUSABLE,
+                    "message": f"{self._unusable_streak} unusable model answers in a row (the last: {reason})",
+                }
                 raise _Stop(STOP_POLICY_UNUSABLE)
         self._pending = decision
 
@@ -219,6 +237,8 @@ class RolloutEngine:
         result.finished_at = datetime.now(UTC)
         if self.shaper is not None:
             result.stepwise_summary = self.shaper.summary(result.final_achievements)
+        if self.rubrics is not None:
+            result.rubric_scores = score_rollout(result, self.rubrics)
         self._publish_progress()
         logger.info(
             "rollout finished: %d decisions, %d achievements, stop_reason=%s",

@@ -13,8 +13,10 @@ from typing import Any
 
 from ..game import ActionPlan, DecisionOutcome
 from ..policy.base import PolicyDecision
+from .failures import ErrorClass, failure, policy_failure, storage_failure
 from .plan import RolloutPlan
 from .rewards import StepwiseResult
+from .rubric_scores import RolloutScores
 
 STOP_COMPLETED = "completed"  # every op ran
 STOP_EPISODE_DONE = "episode_done"  # on_done=terminate and the episode ended
@@ -23,6 +25,7 @@ STOP_DEADLINE = "deadline"
 STOP_ABORTED = "aborted"
 STOP_POLICY_UNUSABLE = "policy_unusable"
 STOP_POLICY_ERROR = "policy_error"
+STOP_INTERNAL = "internal_error"  # a bug in the task app stopped the rollout (logged with its traceback)
 NOT_ABORTED = frozenset({STOP_COMPLETED, STOP_EPISODE_DONE})
 
 
@@ -119,6 +122,7 @@ class RolloutResult:
     stepwise_summary: dict[str, Any] | None = None
     decision_samples: list[dict[str, Any]] | None = None
     storage: dict[str, Any] | None = None
+    rubric_scores: RolloutScores | None = None
 
     @property
     def aborted(self) -> bool:
@@ -136,9 +140,38 @@ class RolloutResult:
     def policy_id(self) -> str:
         return f"{self.plan.policy_name}:{self.plan.run_id}"
 
+    def failure(self) -> dict[str, Any] | None:
+        """`metrics.details.error` (rollout/failures.py) when the rollout did not complete normally."""
+        plan, reason = self.plan, self.stop_reason
+        if reason == STOP_POLICY_ERROR and self.error:
+            return policy_failure(self.error)
+        if reason == STOP_POLICY_UNUSABLE:
+            message = (self.error or {}).get("message") or "the model's answers had no executable action"
+            return failure(ErrorClass.MODEL_UNUSABLE, str(message), False)
+        if reason == STOP_DEADLINE:
+            message = f"the rollout's deadline (safety.max_time_s = {plan.max_time_s:g} s) ran out"
+            return failure(ErrorClass.DEADLINE, message, True)
+        if reason == STOP_ABORTED:
+            return failure(ErrorClass.ABORTED, "the rollout was aborted (/run/abort, or the client went away)", False)
+        if reason == STOP_MAX_OPS:
+            return failure(ErrorClass.ABORTED, f"safety.max_ops ({plan.max_ops}) was reached", False)
+        if reason == STOP_INTERNAL:
+            message = (self.error or {}).get("message") or "internal error"
+            return failure(ErrorClass.INTERNAL, str(message), True)
+        return storage_failure(self.storage)
+
+    def _episode_details(self) -> list[dict[str, Any]]:
+        episodes = [episode.as_dict() for episode in self.episodes]
+        for scored in self.rubric_scores.episodes if self.rubric_scores is not None else []:
+            episodes[scored.index].update(
+                ending=scored.ending, outcome_score=scored.outcome.score, events_score=scored.events.score
+            )
+        return episodes
+
     def metrics(self) -> dict[str, Any]:
         returns = [episode.episode_return for episode in self.episodes] or [0.0]
         achievements = self.final_achievements
+        scores = self.rubric_scores
         details: dict[str, Any] = {
             "achievements": achievements,
             "achievement_count": len(achievements),
@@ -150,11 +183,14 @@ class RolloutResult:
             "rejected_actions": sum(len(record.plan.rejected) for record in self.records),
             "unusable_answers": self.unusable_answers,
             "ops_dropped": self.plan.ops_dropped,
-            "episodes": [episode.as_dict() for episode in self.episodes],
+            "episodes": self._episode_details(),
             "duration_s": round(((self.finished_at or self.started_at) - self.started_at).total_seconds(), 4),
         }
-        if self.error:
-            details["error"] = self.error
+        error = self.failure()
+        if error is not None:
+            details["error"] = error
+        if scores is not None:
+            details["rubrics"] = scores.details()
         if self.stepwise_summary is not None:
             details["stepwise"] = self.stepwise_summary
         if self.storage:
@@ -164,8 +200,8 @@ class RolloutResult:
             "mean_return": fmean(returns),
             "num_steps": len(self.records),
             "num_episodes": len(self.episodes),
-            "outcome_score": None,
-            "events_score": None,
+            "outcome_score": scores.outcome.score if scores is not None else None,
+            "events_score": scores.events.score if scores is not None else None,
             "details": details,
         }
 
