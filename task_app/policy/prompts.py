@@ -180,6 +180,25 @@ def history_text(history: Sequence[HistoryEntry]) -> str:
     return "\n".join(lines)
 
 
+def result_text(entries: Sequence[HistoryEntry]) -> str:
+    """What ran since the model's last answer (`history: "messages"`: the tool result's first lines)."""
+    if not entries:
+        return "Nothing ran since your last answer."
+    lines = []
+    for entry in entries:
+        actions = ", ".join(entry.actions) or "nothing"
+        result = f"unlocked {', '.join(entry.achievements_added)}" if entry.achievements_added else "nothing new"
+        dropped = f"; {entry.rejected} invalid action(s) ignored" if entry.rejected else ""
+        lines.append(f"Executed: {actions} -> {result}{dropped}")
+    return "\n".join(lines)
+
+
+def turn_text(observation_text: str, max_actions: int = 8, result: str | None = None) -> str:
+    """One turn of a multi-turn conversation: what ran (after the first turn), then the observation."""
+    head = f"{result}\n\n" if result else ""
+    return f"{head}{observation_text}\n\nChoose your next 1-{max_actions} actions and call {TOOL_NAME}."
+
+
 def user_text(observation_text: str, history: Sequence[HistoryEntry], max_actions: int = 8) -> str:
     return (
         f"{observation_text}\n\n{history_text(history)}\n\n"

@@ -93,7 +93,7 @@ class RolloutEngine:
     async def run(self) -> RolloutResult:
         if self._deadline is None:
             self._deadline = anyio.current_time() + self.plan.max_time_s
-        if self.shaper is not None:
+        if self.shaper is not None or self.plan.record_tokens:
             self.result.decision_samples = []
         try:
             # One cancel scope for the whole loop (not one per op): the deadline and an abort cancel
@@ -207,9 +207,9 @@ class RolloutEngine:
             finished_at=datetime.now(UTC),
             env_ms=env_ms,
         )
-        if self.shaper is not None and self.result.decision_samples is not None:
+        if self.shaper is not None:
             record.stepwise = self.shaper.score(record.index, outcome, outcome.actions)
-            self.result.decision_samples.append(record.stepwise.sample)
+        self._sample(record)
         self.result.records.append(record)
         if self.on_record is not None:
             self.on_record(self.result, record)
@@ -224,6 +224,19 @@ class RolloutEngine:
             self._needs_reset = self.plan.on_done == "reset"
 
     # --- bookkeeping ----------------------------------------------------------------------------
+
+    def _sample(self, record: DecisionRecord) -> None:
+        """`trajectory.decision_samples`: one per decision when step rewards or exact tokens are on."""
+        samples = self.result.decision_samples
+        if samples is None:
+            return
+        sample: dict[str, Any] = (
+            dict(record.stepwise.sample) if record.stepwise is not None else {"decision_index": record.index}
+        )
+        if self.plan.record_tokens:
+            tokens = record.tokens
+            sample["tokens"] = tokens.as_dict() if tokens is not None else None
+        samples.append(sample)
 
     def _publish_progress(self) -> None:
         progress = self.control.progress

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..game import ActionPlan, DecisionOutcome
 from ..policy.base import PolicyDecision
+from ..policy.tokens import TokenData
 from .failures import ErrorClass, failure, policy_failure, storage_failure
 from .plan import RolloutPlan
 from .rewards import StepwiseResult
@@ -73,15 +74,29 @@ class DecisionRecord:
             info["stepwise"] = self.stepwise.info
         return info
 
-    def step(self) -> dict[str, Any]:
-        return {
+    @property
+    def tokens(self) -> TokenData | None:
+        """The decision's exact tokens (None without a model call or when they were not asked for)."""
+        call = self.decision.lm_call if self.decision is not None else None
+        return call.tokens if call is not None else None
+
+    def step(self, *, tokens: bool = False) -> dict[str, Any]:
+        """The trajectory step; with `tokens`, the step's `logprob` (the completion's summed logprobs) and
+        `info.tokens` (policy/tokens.py; null for a decision without a model call)."""
+        info = self.step_info()
+        step: dict[str, Any] = {
             "obs": {"text": self.obs_text},
             "tool_calls": [self.plan.tool_call()],
             "reward": self.reward,
             "done": self.done,
             "truncated": self.truncated,
-            "info": self.step_info(),
+            "info": info,
         }
+        if tokens:
+            data = self.tokens
+            step["logprob"] = data.logprob if data is not None else None
+            info["tokens"] = data.as_dict() if data is not None else None
+        return step
 
 
 @dataclass(slots=True)
@@ -211,7 +226,9 @@ class RolloutResult:
         trajectory = {
             "env_id": self.env_id,
             "policy_id": self.policy_id,
-            "steps": [record.step() for record in self.records] if plan.record_trajectories else [],
+            "steps": [record.step(tokens=plan.record_tokens) for record in self.records]
+            if plan.record_trajectories
+            else [],
             "final": {"observation": {"text": self.final_obs_text}},
             "length": len(self.records),
             "inference_url": plan.inference_url,

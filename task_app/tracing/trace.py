@@ -101,7 +101,8 @@ def _session_details(result: RolloutResult, trace_format: str) -> dict[str, Any]
         "lm_calls": sum(1 for record in result.records if _lm_call(record) is not None),
         "episodes": [episode.as_dict() for episode in result.episodes],
         "stepwise": result.stepwise_summary,
-        "error": result.error,
+        "error": result.failure(),
+        "rubrics": result.rubric_scores.details() if result.rubric_scores is not None else None,
     }
 
 
