@@ -53,9 +53,25 @@ DEFAULT_MAX_TOKENS = 512  # CONTRACT §2 default
 DEFAULT_REASONING_MAX_TOKENS = 4096
 PROVIDER_OPENAI, PROVIDER_GROQ, PROVIDER_CUSTOM = "openai", "groq", "custom"
 _REASONING_MODEL = re.compile(r"^(gpt-5|o\d)")
-# Extra policy.config keys forwarded to any server, and those only self-hosted (vLLM-like) servers know.
+# Extra policy.config keys forwarded verbatim to any server, and the sampling keys only self-hosted
+# (vLLM, SGLang) servers know; anything else a trainer's server needs goes in policy.config.extra_body.
 _PASSTHROUGH = ("seed", "stop", "frequency_penalty", "presence_penalty", "reasoning_effort", "logprobs", "top_logprobs")
-_PASSTHROUGH_SELF_HOSTED = ("top_k", "min_p", "repetition_penalty", "chat_template_kwargs")
+_PASSTHROUGH_SELF_HOSTED = (
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "chat_template_kwargs",
+    "min_tokens",
+    "stop_token_ids",
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "include_stop_str_in_output",
+    "length_penalty",
+    "logit_bias",
+    "bad_words",
+    "allowed_token_ids",
+)
 _ERROR_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _OK = 200  # an answer too large to read was a 2xx (outbound.post refuses only those)
 RESPONSE_TOO_LARGE = "response_too_large"
