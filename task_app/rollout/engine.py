@@ -120,6 +120,9 @@ class RolloutEngine:
             }
         finally:
             self.control.bind(None)
+        if self.rubrics is not None:  # ~12 µs a decision: off the loop, like the rest of the crafter work
+            rubrics = self.rubrics
+            self.result.rubric_scores = await self.offload(lambda: score_rollout(self.result, rubrics))
         return self._finish()
 
     # --- guards ---------------------------------------------------------------------------------
@@ -250,8 +253,6 @@ class RolloutEngine:
         result.finished_at = datetime.now(UTC)
         if self.shaper is not None:
             result.stepwise_summary = self.shaper.summary(result.final_achievements)
-        if self.rubrics is not None:
-            result.rubric_scores = score_rollout(result, self.rubrics)
         self._publish_progress()
         logger.info(
             "rollout finished: %d decisions, %d achievements, stop_reason=%s",

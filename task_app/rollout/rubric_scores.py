@@ -167,20 +167,26 @@ def achievement_unlocks(record: DecisionRecord) -> float:
     return 0.0
 
 
-def _affordable(name: str, inventory: Mapping[str, int], counts: Mapping[str, int]) -> bool:
-    """A locked placement / craft whose materials (and, for a craft, placed stations) are all there."""
+def _recipe(name: str) -> tuple[tuple[tuple[str, int], ...], tuple[str, ...]]:
     kind, _, item = name.partition("_")
     recipe = (crafter.constants.place if kind == "place" else crafter.constants.make)[item]
-    if any(inventory.get(material, 0) < need for material, need in recipe["uses"].items()):
-        return False
-    return all(counts.get(f"place_{station}", 0) > 0 for station in recipe.get("nearby", ()))
+    return tuple(recipe["uses"].items()), tuple(f"place_{station}" for station in recipe.get("nearby", ()))
 
 
-MILESTONES = tuple(name for name in ACHIEVEMENTS if name.startswith(("place_", "make_")))
+# place_* / make_* achievements: (materials used, the placements their stations take)
+MILESTONES = {name: _recipe(name) for name in ACHIEVEMENTS if name.startswith(("place_", "make_"))}
+
+
+def _affordable(name: str, inventory: Mapping[str, int], counts: Mapping[str, int]) -> bool:
+    """A placement / craft whose materials (and, for a craft, placed stations) are all there."""
+    uses, stations = MILESTONES[name]
+    return all(inventory.get(item, 0) >= need for item, need in uses) and all(counts.get(s, 0) > 0 for s in stations)
 
 
 def milestone_setup(record: DecisionRecord) -> float:
     outcome = record.outcome
+    if outcome.inventory_after == outcome.inventory_before and outcome.counts_after == outcome.counts_before:
+        return 0.0
     ready = [
         name
         for name in MILESTONES
