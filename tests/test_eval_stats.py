@@ -15,6 +15,7 @@ from fake_model import FakeModel, tool_call
 
 from task_app.cli.main import main
 from task_app.inspection.eval_stats import eval_summary, mean_se, pass_at_k
+from task_app.inspection.report import write_report
 from task_app.inspection.scoring import EpisodeRow, crafter_score
 
 
@@ -132,3 +133,11 @@ def test_repeats_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["eval", "--base-url", "x", "--api-key", "k", "--inference-url", "x", "--model", "m", "--repeats", "0"])
     assert "0 is below 1" in capsys.readouterr().err
+
+
+def test_the_report_shows_both_rubric_scores(tmp_path: Path) -> None:
+    rows = [row(0, 0, ["collect_wood"], 0.2, 0.1), row(1, 0, [], 0.4, None), row(2, 0, [], 0.9, 0.9, error="500")]
+    page = write_report(rows, tmp_path / "report.html", episode_pages=False).path.read_text()
+    assert "Outcome score</div><div class=\"big\">0.300</div>" in page  # the failed rollout is not scored
+    assert "Events score</div><div class=\"big\">0.100</div>" in page
+    assert "the outcome rubric, mean of 2 episode(s)" in page and "the events rubric, mean of 1 episode(s)" in page

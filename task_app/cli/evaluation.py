@@ -130,8 +130,8 @@ def _score(value: float | None) -> str:
 
 def report(rows: Sequence[EpisodeRow], console: Console) -> dict[str, float]:
     """Print the per-seed table, achievement success rates and the summary lines."""
-    table = Table(title="Rollouts")
-    for column in ("seed", "achievements", "return", "outcome", "events", "steps", "time (s)", "stop"):
+    table = Table(title="Rollouts", caption="ach = achievements unlocked; outcome, events = rubric scores")
+    for column in ("seed", "ach", "return", "outcome", "events", "steps", "time (s)", "stop"):
         table.add_column(column, justify="right" if column != "stop" else "left")
     for row in rows:
         table.add_row(
