@@ -138,6 +138,6 @@ def test_repeats_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
 def test_the_report_shows_both_rubric_scores(tmp_path: Path) -> None:
     rows = [row(0, 0, ["collect_wood"], 0.2, 0.1), row(1, 0, [], 0.4, None), row(2, 0, [], 0.9, 0.9, error="500")]
     page = write_report(rows, tmp_path / "report.html", episode_pages=False).path.read_text()
-    assert "Outcome score</div><div class=\"big\">0.300</div>" in page  # the failed rollout is not scored
-    assert "Events score</div><div class=\"big\">0.100</div>" in page
+    assert 'Outcome score</div><div class="big">0.300</div>' in page  # the failed rollout is not scored
+    assert 'Events score</div><div class="big">0.100</div>' in page
     assert "the outcome rubric, mean of 2 episode(s)" in page and "the events rubric, mean of 1 episode(s)" in page

@@ -23,7 +23,7 @@ from ..rollout.control import RunStatus
 from ..rollout.engine import RolloutEngine
 from ..rollout.plan import RolloutPlan, build_plan
 from ..rollout.registry import RunEntry, RunRegistry
-from ..rollout.result import RolloutResult
+from ..rollout.result import STOP_INTERNAL, RolloutResult
 from ..tracing.recording import RolloutRows, TraceRecorder
 
 logger = logging.getLogger(__name__)
@@ -91,7 +91,13 @@ class RolloutService:
             )
             result = await engine.run()
             body = await self._finalise(result, rows)
-            status = RunStatus.ABORTED if result.aborted else RunStatus.COMPLETED
+            status = (
+                RunStatus.FAILED
+                if result.stop_reason == STOP_INTERNAL
+                else RunStatus.ABORTED
+                if result.aborted
+                else RunStatus.COMPLETED
+            )
             return body
         finally:
             self.registry.finish(entry, status, body)
