@@ -212,3 +212,17 @@ def test_every_turn_carries_its_token_ids(client: httpx.Client, fake_model: Fake
         assert tokens["tokens_missing"] is False and tokens["completion_token_ids"]
         prompts.append(len(tokens["prompt_token_ids"]))
     assert prompts == sorted(prompts) and prompts[0] < prompts[-1]
+
+
+def test_the_trace_keeps_each_decisions_own_prompt(client: httpx.Client, fake_model: FakeModel) -> None:
+    fake_model.default = tool_call("move_left")
+    body = react(fake_model, 2, record={"return_trace": True, "trace_format": "structured"})
+    result = rollout(client, body)
+    assert result["metrics"]["details"]["storage"]["trace"] == {"stored": True}
+    first, second = result["trace"]["session_time_steps"]
+    types = [[message["message_type"] for message in step["markov_blanket_messages"]] for step in (first, second)]
+    assert types == [["system", "user", "assistant", "assistant"], ["system", "tool_result", "assistant", "assistant"]]
+    prompt = second["markov_blanket_messages"][1]["content"]["text"]
+    assert prompt == fake_model.requests[1].body["messages"][-1]["content"] and prompt.startswith("Executed: ")
+    inputs = second["events"][0]["call_records"][0]["input_messages"]
+    assert [message["role"] for message in inputs] == ["system", "user", "assistant", "tool"]
