@@ -78,9 +78,9 @@ FAULTS: dict[str, tuple[str, set[str | None]]] = {
     "http429": ("policy_error", {"inference_rate_limited"}),
     "hang": ("policy_error", {"inference_timeout"}),
     "drop": ("policy_error", {"inference_unavailable"}),
-    "garbage": ("policy_unusable", {None}),
-    "prose": ("policy_unusable", {None}),
-    "huge": ("policy_error", {"inference_response_too_large"}),
+    "garbage": ("policy_unusable", {"policy_unusable"}),
+    "prose": ("policy_unusable", {"policy_unusable"}),
+    "huge": ("policy_unusable", {"policy_unusable"}),  # a too-large answer is an unusable answer for its decision
 }
 # Everything else: kind -> weight.
 KINDS = {

@@ -11,6 +11,13 @@ Each request takes the next scripted behaviour; when the script is empty, `model
 status, optional Retry-After), `delay(seconds, then)`, `hang()`, `huge(n_bytes)` (streamed) and
 `drop()` (close the connection without answering).
 
+Token modes (`model.tokens = "vllm" | "sglang" | "openai"`): answers of `chat`, `tool_call` and `text`
+carry token data as that server documents it, for what the request asked (`logprobs`, `top_logprobs`,
+vLLM's `return_token_ids` / `return_tokens_as_token_ids`, SGLang's `return_prompt_token_ids`); the
+"openai" mode refuses vLLM's fields with a 400, as OpenAI does. The stand-in tokenizer (`fake_ids`)
+cuts the prompt (the JSON of the messages) and the completion into 4-character pieces. Every answer
+a `chat` behaviour sends is kept in `model.answers`.
+
 Fixtures for conftest.py: `fake_model_server` (one server per session) and `fake_model` (the same
 server, reset for each test).
 """
@@ -23,6 +30,7 @@ import json
 import socket
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -72,9 +80,15 @@ class Exchange:
     send: Send
     stopping: threading.Event
     stats: dict[str, int]
+    tokens: str | None = None  # the token mode of the server (see the module docstring)
+    answers: list[dict[str, Any]] | None = None  # the server's log of chat answers
 
 
 Behaviour = Callable[[Exchange], Awaitable[None]]
+TOKEN_MODES = ("vllm", "sglang", "openai")
+PIECE_CHARS = 4
+VOCAB = 151_936  # a Qwen-sized vocabulary
+VLLM_ONLY_FIELDS = ("return_token_ids", "return_tokens_as_token_ids", "return_prompt_token_ids")
 _ids = itertools.count(1)
 
 
@@ -101,9 +115,77 @@ def _model_of(record: Recorded) -> str:
     return str(body.get("model", "fake-model")) if isinstance(body, dict) else "fake-model"
 
 
+def pieces(text: str) -> list[str]:
+    """The stand-in tokenizer's pieces of `text`: 4 characters each."""
+    return [text[index : index + PIECE_CHARS] for index in range(0, len(text), PIECE_CHARS)]
+
+
+def fake_ids(text: str) -> list[int]:
+    """The stand-in tokenizer's ids of `text` (stable: a CRC of each piece)."""
+    return [zlib.crc32(piece.encode()) % VOCAB for piece in pieces(text)]
+
+
+def fake_logprob(token_id: int) -> float:
+    return -round(0.05 + (token_id % 97) / 100, 4)
+
+
+def completion_text(message: dict[str, Any]) -> str:
+    """What the stand-in model 'generated' for `message`: its text, then its tool calls as JSON."""
+    content = message.get("content") if isinstance(message.get("content"), str) else ""
+    calls = message.get("tool_calls")
+    return content + (json.dumps(calls) if calls else "")
+
+
+def add_tokens(body: dict[str, Any], request: Any, mode: str) -> None:
+    """Put token data into `body` as server `mode` would for `request`."""
+    request = request if isinstance(request, dict) else {}
+    choice = body["choices"][0]
+    prompt = json.dumps(request.get("messages"))
+    generated = completion_text(choice["message"])
+    ids = fake_ids(generated)
+    if request.get("logprobs"):
+        spelled = mode == "vllm" and request.get("return_tokens_as_token_ids")
+        choice["logprobs"] = {
+            "content": [
+                {
+                    "token": f"token_id:{token_id}" if spelled else piece,
+                    "logprob": fake_logprob(token_id),
+                    "bytes": list(piece.encode()),
+                    "top_logprobs": [],
+                }
+                for piece, token_id in zip(pieces(generated), ids, strict=True)
+            ]
+        }
+    if mode in ("vllm", "sglang") and request.get("return_token_ids"):
+        choice["token_ids"] = ids
+    if mode == "vllm" and request.get("return_token_ids"):
+        body["prompt_token_ids"] = fake_ids(prompt)
+    if mode == "sglang" and request.get("return_prompt_token_ids"):
+        choice["prompt_token_ids"] = fake_ids(prompt)
+    body["usage"] = {
+        "prompt_tokens": len(fake_ids(prompt)),
+        "completion_tokens": len(ids),
+        "total_tokens": len(fake_ids(prompt)) + len(ids),
+    }
+
+
 def chat(message: dict[str, Any], *, finish_reason: str = "stop", usage: dict[str, Any] | None = None) -> Behaviour:
     async def respond(ex: Exchange) -> None:
         body = completion(message, finish_reason=finish_reason, model=_model_of(ex.record), usage=usage)
+        request = ex.record.body
+        if ex.tokens == "openai" and isinstance(request, dict):
+            foreign = [name for name in VLLM_ONLY_FIELDS if name in request]
+            if foreign:
+                refusal = {
+                    "message": f"Unrecognized request argument supplied: {foreign[0]}",
+                    "type": "invalid_request_error",
+                }
+                await JSONResponse({"error": refusal}, status_code=400)(ex.scope, ex.receive, ex.send)
+                return
+        if ex.tokens is not None:
+            add_tokens(body, request, ex.tokens)
+        if ex.answers is not None:
+            ex.answers.append(body)
         await JSONResponse(body)(ex.scope, ex.receive, ex.send)
 
     return respond
@@ -179,14 +261,24 @@ def hang() -> Behaviour:
     return respond
 
 
-def huge(total_bytes: int, *, declare_length: bool = False, chunk_size: int = 64 * 1024) -> Behaviour:
-    """A valid-looking JSON answer of `total_bytes`, streamed in chunks (Content-Length optional).
+def huge(
+    total_bytes: int,
+    *,
+    declare_length: bool = False,
+    chunk_size: int = 64 * 1024,
+    head: bytes = b'{"choices": [{"message": {"role": "assistant", "content": "',
+    unit: bytes = b"x",
+    tail: bytes = b'"}}]}',
+) -> Behaviour:
+    """A valid-looking JSON answer of about `total_bytes`: `head`, `unit` repeated, `tail`, streamed in
+    chunks (Content-Length optional). E.g. a head that opens a logprobs list and a unit that is one entry.
 
     Streaming stops as soon as the client disconnects, so a client that gives up early is visible
     (`model.stats["huge_bytes_sent"]`) and the server does not write into a closed socket.
     """
-    head, tail = b'{"choices": [{"message": {"role": "assistant", "content": "', b'"}}]}'
-    filler = max(0, total_bytes - len(head) - len(tail))
+    units_per_chunk = max(1, chunk_size // len(unit))
+    chunk_size = units_per_chunk * len(unit)
+    filler = max(0, total_bytes - len(head) - len(tail)) // len(unit) * len(unit)
 
     async def respond(ex: Exchange) -> None:
         headers = [(b"content-type", b"application/json")]
@@ -205,7 +297,7 @@ def huge(total_bytes: int, *, declare_length: bool = False, chunk_size: int = 64
             while left > 0:
                 size = min(chunk_size, left)
                 left -= size
-                yield b"x" * size
+                yield unit * (size // len(unit))
             yield tail
 
         sent = 0
@@ -247,6 +339,8 @@ class FakeModel:
         self._script: deque[Behaviour] = deque()
         self._records: list[Recorded] = []
         self.stats: dict[str, int] = {}  # e.g. huge_bytes_sent: what the last `huge` answer managed to send
+        self.tokens: str | None = None  # token mode: "vllm" | "sglang" | "openai" (module docstring)
+        self.answers: list[dict[str, Any]] = []  # every answer a `chat` behaviour sent
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._server: uvicorn.Server | None = None
@@ -265,7 +359,9 @@ class FakeModel:
             self._script.clear()
             self._records.clear()
             self.stats.clear()
+            self.answers.clear()
         self.default = tool_call("noop")
+        self.tokens = None
         self.responder = None
 
     @property
@@ -311,7 +407,8 @@ class FakeModel:
             headers=headers,
             raw=b"".join(chunks),
         )
-        await self._next(record)(Exchange(record, scope, receive, send, self._stopping, self.stats))
+        exchange = Exchange(record, scope, receive, send, self._stopping, self.stats, self.tokens, self.answers)
+        await self._next(record)(exchange)
 
     # --- lifecycle -------------------------------------------------------------------------------
 

@@ -317,7 +317,13 @@ def test_policy_error_stops_the_rollout(worlds: WorldFactory) -> None:
     body = response_of(run_rollout(make_plan(ops=["agent", "env"] * 5), FailingPolicy(good=2), worlds))
     assert details(body)["stop_reason"] == "policy_error"
     assert body["aborted"] is True
-    assert details(body)["error"] == {"code": "upstream_error", "message": "model server kept failing", "status": 502}
+    assert details(body)["error"] == {
+        "class": "model_unreachable",  # a 5xx after every retry
+        "message": "model server kept failing",
+        "retryable": True,
+        "code": "upstream_error",
+        "status": 502,
+    }
     assert body["trajectories"][0]["length"] == 2 and body["ops_executed"] == 4
 
 

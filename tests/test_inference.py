@@ -340,10 +340,10 @@ async def test_huge_streamed_answer_is_cut_off(model: FakeModel) -> None:
     model.script(huge(50 * 1024 * 1024))
     async with open_session(8) as http:
         start = time.monotonic()
-        with pytest.raises(PolicyError) as caught:
-            await InferenceClient(http, FAST).chat(_target(model), BODY, deadline=None)
+        result = await InferenceClient(http, FAST).chat(_target(model), BODY, deadline=None)
         elapsed = time.monotonic() - start
-    assert caught.value.code == "inference_response_too_large"
+    # an answer for this decision that cannot be used, not a failure of the rollout
+    assert (result.body, result.invalid_reason, result.attempts) == (None, "response_too_large", 1)
     assert elapsed < 2.0
     await anyio.to_thread.run_sync(wait_until, lambda: "huge_bytes_sent" in model.stats)  # the server saw us hang up
     assert model.stats["huge_bytes_sent"] < 20 * 1024 * 1024
@@ -352,9 +352,8 @@ async def test_huge_streamed_answer_is_cut_off(model: FakeModel) -> None:
 async def test_declared_huge_answer_is_refused_before_reading(model: FakeModel) -> None:
     model.script(huge(50 * 1024 * 1024, declare_length=True))
     async with open_session(8) as http:
-        with pytest.raises(PolicyError) as caught:
-            await InferenceClient(http, FAST).chat(_target(model), BODY, deadline=None)
-    assert caught.value.code == "inference_response_too_large" and "52428800" in str(caught.value)
+        result = await InferenceClient(http, FAST).chat(_target(model), BODY, deadline=None)
+    assert (result.body, result.invalid_reason) == (None, "response_too_large")
     assert len(model.requests) == 1  # not retried
 
 

@@ -3,7 +3,8 @@
 Every rollout answers 200 within its deadline with a precise `metrics.details.stop_reason` (and, for
 a policy error, `metrics.details.error.code`); retries never outlast the deadline; the server is idle
 afterwards. Faults: 5xx, 429 with Retry-After (short, and longer than the time left), a hang, a slow
-drip, connection refused, invalid JSON, a 50 MB answer, no tool call, invalid actions, a wrong tool.
+drip, connection refused, invalid JSON, a 50 MB answer (an unusable answer for its decision), no tool
+call, invalid actions, a wrong tool.
 
 Timings use small limits (read timeout 0.5 s, rollout deadlines of 1-1.5 s), never long sleeps, and are
 the server's own (`metrics.details.duration_s`), so a loaded test process cannot stretch them.
@@ -235,19 +236,28 @@ def test_invalid_json_answers_stop_the_rollout_as_unusable(client: httpx.Client,
         assert meta["actions"] == ["noop"]
 
 
+def too_large(result: dict[str, Any]) -> None:
+    """The first decision's answer was refused as too large: a noop for that decision, then the rollout went on."""
+    stopped(result, "completed")
+    first, second = result["trajectories"][0]["steps"][:2]
+    assert first["info"]["meta"]["unusable_reason"] == "response_too_large"
+    assert "8388608 bytes" in first["info"]["meta"]["unusable_detail"]
+    assert first["info"]["meta"]["actions"] == ["noop"] and second["info"]["meta"]["actions"] == ["noop"]
+
+
 def test_a_50_mb_answer_is_cut_off_at_the_cap(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.script(huge(50 * 1024 * 1024))
     result, elapsed = rollout(client, fake_model.url())
-    stopped(result, "policy_error", "inference_response_too_large")
+    too_large(result)
     wait_until(lambda: "huge_bytes_sent" in fake_model.stats, timeout=5.0)
     assert fake_model.stats["huge_bytes_sent"] < 20 * 1024 * 1024  # the app stopped reading near 8 MB
-    assert len(fake_model.requests) == 1 and elapsed < 5.0  # not retried
+    assert len(fake_model.requests) == 3 and elapsed < 5.0  # not retried: one request per decision
 
 
 def test_a_declared_50_mb_answer_is_refused_unread(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.script(huge(50 * 1024 * 1024, declare_length=True))
     result, _ = rollout(client, fake_model.url())
-    stopped(result, "policy_error", "inference_response_too_large")
+    too_large(result)
     wait_until(lambda: "huge_bytes_sent" in fake_model.stats, timeout=5.0)
     assert fake_model.stats["huge_bytes_sent"] < 20 * 1024 * 1024
 

@@ -169,6 +169,7 @@ def test_view_route(tmp_path: Path) -> None:
         assert error_body(missing, 404)["error"] == {
             "code": "not_found",
             "message": "no stored trace for run 'no-such-run'",
+            "retryable": False,
             "run_id": "no-such-run",
         }
         assert server.client(key=None).get("/runs/served-run/view").status_code == 401

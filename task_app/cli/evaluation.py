@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..game import ACHIEVEMENTS
+from ..inspection.eval_stats import MeanSE, mean_se
 from ..inspection.scoring import EpisodeRow, crafter_score, mean_achievements, success_rates
 
 
@@ -58,12 +59,19 @@ def _row(seed: int, run_id: str, started: float, response: httpx.Response) -> Ep
             row.error = f"HTTP {response.status_code}"
         return row
     body = response.json()
-    details = body["metrics"]["details"]
+    metrics = body["metrics"]
+    details = metrics["details"]
     first = details["episodes"][0] if details.get("episodes") else {}
     row.achievements = list(first.get("achievements", []))
     row.episode_return = float(first.get("return", 0.0))
-    row.decisions = int(body["metrics"]["num_steps"])
+    row.decisions = int(metrics["num_steps"])
     row.stop_reason = details.get("stop_reason", "")
+    row.outcome_score = first.get("outcome_score", metrics.get("outcome_score"))
+    row.events_score = first.get("events_score", metrics.get("events_score"))
+    steps = body["trajectories"][0]["steps"] if body.get("trajectories") else []
+    noops = sum(1 for step in steps if ((step.get("info") or {}).get("meta") or {}).get("fallback_noop"))
+    row.rejected_actions = int(details.get("rejected_actions", 0))
+    row.proposed_actions = int(details.get("actions_executed", 0)) - noops + row.rejected_actions
     row.response = body
     return row
 
@@ -116,16 +124,22 @@ async def run_rollouts(
     return [row for row in rows if row is not None]
 
 
+def _score(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def report(rows: Sequence[EpisodeRow], console: Console) -> dict[str, float]:
-    """Print the per-seed table, achievement success rates and the two summary lines."""
-    table = Table(title="Rollouts")
-    for column in ("seed", "achievements", "return", "steps", "time (s)", "stop"):
+    """Print the per-seed table, achievement success rates and the summary lines."""
+    table = Table(title="Rollouts", caption="ach = achievements unlocked; outcome, events = rubric scores")
+    for column in ("seed", "ach", "return", "outcome", "events", "steps", "time (s)", "stop"):
         table.add_column(column, justify="right" if column != "stop" else "left")
     for row in rows:
         table.add_row(
             str(row.seed),
             str(len(row.achievements)),
             f"{row.episode_return:.1f}",
+            _score(row.outcome_score),
+            _score(row.events_score),
             str(row.decisions),
             f"{row.duration_s:.2f}",
             row.error or row.stop_reason,
@@ -142,7 +156,48 @@ def report(rows: Sequence[EpisodeRow], console: Console) -> dict[str, float]:
     failed = len(rows) - len(episodes)
     if failed:
         console.print(f"[red]{failed} rollout(s) failed[/red]")
-    summary = {"mean_achievements": mean_achievements(episodes), "crafter_score": crafter_score(episodes)}
+    scored = [row for row in rows if row.error is None]
+    summary = {
+        "mean_achievements": mean_achievements(episodes),
+        "crafter_score": crafter_score(episodes),
+        "outcome_score": mean_se(row.outcome_score for row in scored).mean or 0.0,
+        "events_score": mean_se(row.events_score for row in scored).mean or 0.0,
+    }
     console.print(f"Mean achievements per episode: {summary['mean_achievements']:.1f}", highlight=False)
     console.print(f"Crafter score: {summary['crafter_score']:.1f}", highlight=False)
+    console.print(
+        f"Rubric scores (mean per episode): outcome {summary['outcome_score']:.3f}, "
+        f"events {summary['events_score']:.3f}",
+        highlight=False,
+    )
     return summary
+
+
+def print_eval_summary(summary: dict[str, Any], console: Console) -> None:
+    """The figures of `eval_stats.eval_summary`: mean ± SE over seeds, the Crafter score's interval, ..."""
+    repeats, seeds = summary["repeats"], summary["seeds"]
+    table = Table(title=f"Over {seeds} seed(s), {repeats} rollout(s) each: mean ± standard error over seeds")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for name, key, digits in (
+        ("achievements per episode", "achievements_per_episode", 2),
+        ("return", "return", 2),
+        ("outcome score (rubric)", "outcome_score", 3),
+        ("events score (rubric)", "events_score", 3),
+        ("BALROG progression (%)", "balrog_progression", 1),
+    ):
+        figure = summary[key]
+        table.add_row(name, MeanSE(figure["mean"], figure["se"], figure["n"]).text(digits))
+    crafter = summary["crafter_score"]
+    low, high = crafter["ci95"]
+    table.add_row("Crafter score (95% CI, seeds resampled)", f"{crafter['score']:.1f} [{low:.1f}, {high:.1f}]")
+    table.add_row("invalid actions", f"{100 * summary['invalid_action_share']:.1f}%")
+    console.print(table)
+    passes = Table(title="pass@k per achievement")
+    passes.add_column("achievement")
+    columns = list(next(iter(summary["pass_at_k"].values())))
+    for column in columns:
+        passes.add_column(column, justify="right")
+    for name, values in summary["pass_at_k"].items():
+        passes.add_row(name, *("-" if values[column] is None else f"{values[column]:.2f}" for column in columns))
+    console.print(passes)

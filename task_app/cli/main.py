@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import secrets
 import sys
@@ -13,12 +14,20 @@ import uvicorn
 from rich.console import Console
 
 from ..core.settings import Settings
+from ..inspection.eval_stats import eval_summary
 from ..inspection.report import request_with_trace, write_report
 from ..web.local_server import serve_in_thread
 from ..web.server import create_app
-from .evaluation import parse_seeds, report, rollout_request, run_rollouts
+from .evaluation import parse_seeds, print_eval_summary, report, rollout_request, run_rollouts
 from .traces import add_traces_parser
 from .view import add_viewer_parsers
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1")
+    return value
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -70,20 +79,29 @@ def _eval(args: argparse.Namespace) -> int:
     config = {"model": args.model, "inference_url": args.inference_url, "temperature": args.temperature}
     if args.model_api_key:
         config["api_key"] = args.model_api_key
+    policy_config = {key: value for key, value in config.items() if value is not None}
+    plan = [(seed, repeat) for seed in parse_seeds(args.seeds) for repeat in range(args.repeats)]
     requests = [
         rollout_request(
-            f"eval-{seed}-{secrets.token_hex(4)}",
-            seed,
-            args.decisions,
-            args.policy,
-            {key: value for key, value in config.items() if value is not None},
+            f"eval-{seed}-{repeat}-{secrets.token_hex(4)}", seed, args.decisions, args.policy, policy_config
         )
-        for seed in parse_seeds(args.seeds)
+        for seed, repeat in plan
     ]
     if args.report is not None:
         requests = [request_with_trace(request) for request in requests]
     rows = anyio.run(run_rollouts, args.base_url, args.api_key, requests, args.concurrency, 3700.0, console)
+    for row, (_, repeat) in zip(rows, plan, strict=True):
+        row.repeat = repeat
     report(rows, console)
+    summary = eval_summary(rows, args.repeats)
+    print_eval_summary(summary, console)
+    if args.json is not None:
+        text = json.dumps(summary, indent=2) + "\n"
+        if str(args.json) == "-":
+            sys.stdout.write(text)
+        else:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(text, encoding="utf-8")
     if args.report is not None:
         for line in write_report(rows, args.report).describe():
             console.print(line, highlight=False, markup=False)
@@ -117,6 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--model", required=True)
     evaluate.add_argument("--model-api-key", default=None, help="sent to the model server as a Bearer token")
     evaluate.add_argument("--seeds", default="0-9")
+    evaluate.add_argument("--repeats", type=_positive, default=1, metavar="K", help="rollouts per seed (default 1)")
+    evaluate.add_argument(
+        "--json", type=Path, default=None, metavar="FILE", help="also write every figure as JSON (- for stdout)"
+    )
     evaluate.add_argument("--decisions", type=int, default=50)
     evaluate.add_argument("--concurrency", type=int, default=8)
     evaluate.add_argument("--temperature", type=float, default=None)

@@ -2,7 +2,7 @@
 
     task-app traces [--db PATH] list [--since 2h|7d|2025-01-31] [--min-achievements N] [--model M] [--limit N] [--json]
     task-app traces [--db PATH] show RUN_ID [--json] [--full]
-    task-app traces [--db PATH] export --format jsonl|openai-sft [filters] -o FILE
+    task-app traces [--db PATH] export --format jsonl|openai-sft|tokens [filters] -o FILE
 
 `--db` is opened read-only (`trace_db.py`): the CLI never creates, migrates or writes a database, so
 it is safe to run against the file a live server is writing.
@@ -46,11 +46,12 @@ from ..game import TOOL_NAME
 from ..policy.prompts import tool_schema
 from ..tracing import sft_records_from_trace, write_jsonl_atomic
 from ..tracing.calls import IMAGE_REF
+from ..tracing.token_records import token_records_from_trace
 from .trace_db import DB_HELP, CliError, db_path, print_error, reading
 
 EXIT_OK, EXIT_NOT_FOUND = 0, 1  # 2 is EXIT_USAGE (trace_db.py)
-JSONL, OPENAI_SFT = "jsonl", "openai-sft"
-EXPORT_FORMATS = (JSONL, OPENAI_SFT)
+JSONL, OPENAI_SFT, TOKENS = "jsonl", "openai-sft", "tokens"
+EXPORT_FORMATS = (JSONL, OPENAI_SFT, TOKENS)
 DEFAULT_LIST_LIMIT = 50
 ALL_ROWS = -1  # SQLite: a negative LIMIT means "no limit"
 TEXT_PREVIEW_CHARS = 160  # `show` cuts the model's text here unless --full
@@ -340,6 +341,8 @@ class ExportStats:
     records: int = 0
     skipped_unusable: int = 0  # openai-sft: the answer was not usable or did not call interact_many
     images_dropped: int = 0  # openai-sft: image parts the store does not keep
+    without_tokens: int = 0  # tokens: answered calls recorded without exact tokens
+    tokens_missing: int = 0  # tokens: records whose server sent no (or unusable) token data
 
 
 def _wire_tool_call(call: Mapping[str, Any], index: int) -> dict[str, Any]:
@@ -410,6 +413,9 @@ def export_records(
 ) -> Iterator[dict[str, Any]]:
     """The export lines of one stored session."""
     stats.sessions += 1
+    if fmt == TOKENS:
+        yield from _token_lines(trace, model, stats)
+        return
     for record in sft_records_from_trace(trace):
         if model is not None and record.get("model") != model:
             continue
@@ -417,6 +423,19 @@ def export_records(
         if line is not None:
             stats.records += 1
             yield line
+
+
+def _token_lines(trace: Mapping[str, Any], model: str | None, stats: ExportStats) -> Iterator[dict[str, Any]]:
+    answered = sum(1 for record in sft_records_from_trace(trace) if model is None or record.get("model") == model)
+    kept = 0
+    for record in token_records_from_trace(trace):
+        if model is not None and record.get("model") != model:
+            continue
+        kept += 1
+        stats.records += 1
+        stats.tokens_missing += bool(record.get("tokens_missing"))
+        yield record
+    stats.without_tokens += answered - kept
 
 
 def _prepare_output(output: Path, db: Path) -> None:
@@ -475,6 +494,15 @@ def _export_report(console: Console, output: Path, fmt: str, stats: ExportStats)
         console.print("No session matched the filters; the file is empty.", style="yellow")
     if stats.skipped_unusable:
         console.print(f"Skipped {stats.skipped_unusable} call(s) without a usable interact_many answer.")
+    if stats.without_tokens:
+        console.print(
+            f"Skipped {stats.without_tokens} call(s) recorded without exact tokens (ask with record.logprobs: true)."
+        )
+    if stats.tokens_missing:
+        console.print(
+            f"{stats.tokens_missing} record(s) say tokens_missing: true (their tokens_missing_reason says why).",
+            style="yellow",
+        )
     if stats.images_dropped:
         console.print(
             f"Dropped {stats.images_dropped} image part(s): the trace store keeps image references, not images.",

@@ -97,6 +97,10 @@ class RolloutStep(BaseModel):
     done: bool
     truncated: bool | None = None
     info: dict[str, Any] | None = None
+    # Only with exact tokens (record.logprobs): the completion's log-probability, the sum of its token
+    # logprobs; info.tokens holds the ids and per-token logprobs. synth-ai 0.2.x's RolloutStep has no
+    # such field (its validation drops it; info.tokens survives).
+    logprob: float | None = None
 
 
 class RolloutTrajectory(BaseModel):

@@ -1,18 +1,20 @@
 """The exception hierarchy of the task app, free of HTTP machinery.
 
-    TaskAppError                      status, code, message, details
-    ├── BadRequest           400      a request this app does not serve (e.g. streaming)
-    ├── InvalidRequest       422      a client mistake in the body or query
+    TaskAppError                      status, code, message, details      retryable
+    ├── BadRequest           400      a request this app does not serve   no
+    ├── InvalidRequest       422      a client mistake in the body/query  no
     │   └── UnknownName      422      env_name / policy_name we do not serve
-    ├── Unauthorized         401
-    ├── NotConfigured        503      a key the endpoint needs is not configured
-    ├── NotFound             404
-    ├── Conflict             409      run_id already running
-    ├── CapacityExceeded     429      too many rollouts in flight (carries Retry-After)
-    ├── UpstreamError        502      a model server / vendor answered badly
-    └── UpstreamTimeout      504
+    ├── Unauthorized         401                                          no
+    ├── NotConfigured        503      a key the endpoint needs is missing no
+    ├── NotFound             404                                          no
+    ├── Conflict             409      run_id already running              yes (later: the cached response)
+    ├── CapacityExceeded     429      too many rollouts (Retry-After)     yes
+    ├── UpstreamError        502      a model server / vendor failed      yes
+    └── UpstreamTimeout      504                                          yes
 
-`web/handlers.py` maps every subclass to the one JSON error body `error_body` builds.
+`retryable` tells a trainer whether sending the same request again can succeed; every error body
+carries it (`error.retryable`). `web/handlers.py` maps every subclass to the one JSON error body
+`error_body` builds.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 class TaskAppError(Exception):
     status: int = 500
     code: str = "internal_error"
+    retryable: bool = True  # an unexpected failure may not happen again
 
     def __init__(self, message: str, *, code: str | None = None, **details: Any) -> None:
         super().__init__(message)
@@ -35,11 +38,13 @@ class TaskAppError(Exception):
 class BadRequest(TaskAppError):
     status = 400
     code = "bad_request"
+    retryable = False
 
 
 class InvalidRequest(TaskAppError):
     status = 422
     code = "invalid_request"
+    retryable = False
 
 
 class UnknownName(InvalidRequest):
@@ -49,16 +54,19 @@ class UnknownName(InvalidRequest):
 class Unauthorized(TaskAppError):
     status = 401
     code = "unauthorized"
+    retryable = False
 
 
 class NotConfigured(TaskAppError):
     status = 503
     code = "not_configured"
+    retryable = False
 
 
 class NotFound(TaskAppError):
     status = 404
     code = "not_found"
+    retryable = False
 
 
 class Conflict(TaskAppError):
@@ -89,6 +97,6 @@ class UpstreamTimeout(TaskAppError):
     code = "upstream_timeout"
 
 
-def error_body(code: str, message: str, **details: Any) -> dict[str, Any]:
-    """The error shape of every answer (CONTRACT.md §1): `{"error": {code, message, ...}, "detail": message}`."""
-    return {"error": {"code": code, "message": message, **details}, "detail": message}
+def error_body(code: str, message: str, *, retryable: bool = False, **details: Any) -> dict[str, Any]:
+    """The error shape of every answer (CONTRACT.md §1): `{"error": {code, message, retryable, ...}, "detail"}`."""
+    return {"error": {"code": code, "message": message, "retryable": retryable, **details}, "detail": message}

@@ -3,7 +3,7 @@ episode viewer page per rollout next to it.
 
     rows (EpisodeRow, each with its RolloutResponse) ──► report.html
         success rate per achievement (bars), Crafter score with a bootstrap CI, achievements per episode,
-        model tokens and latency per decision, a table of episodes linking to
+        both rubric scores, model tokens and latency per decision, a table of episodes linking to
     ──► episodes/<run id>.html: the viewer, replayed from the response itself
 
 The page's markup and styles are package data (`templates/report.html`, `templates/base.css`).
@@ -22,7 +22,6 @@ central `CONFIDENCE` share of the resampled scores.
 from __future__ import annotations
 
 import html
-import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,12 +32,18 @@ from typing import Any
 from ..core.stats import percentile
 from ..game import ACHIEVEMENTS, WorldFactory
 from .replay import ReplayError, run_from_response
-from .scoring import EpisodeRow, crafter_score, mean_achievements, success_rates
+from .scoring import (
+    BOOTSTRAP_RESAMPLES,
+    BOOTSTRAP_SEED,
+    CONFIDENCE,
+    EpisodeRow,
+    bootstrap,
+    crafter_score,
+    mean_achievements,
+    success_rates,
+)
 from .viewer import FRAME_SIZE, build_episode_page, fill, page_name, read_template
 
-BOOTSTRAP_RESAMPLES = 1000
-BOOTSTRAP_SEED = 0
-CONFIDENCE = 0.95
 EPISODES_DIR = "episodes"
 WORLD_CACHE = 64
 HIST_WIDTH, HIST_HEIGHT, HIST_PAD = 520, 150, 22
@@ -77,15 +82,7 @@ def bootstrap_interval(
     confidence: float = CONFIDENCE,
 ) -> tuple[float, float]:
     """Percentile bootstrap interval of `score` over episodes resampled with replacement."""
-    if not episodes:
-        return (0.0, 0.0)
-    rng = random.Random(seed)
-    count = len(episodes)
-    scores = sorted(score([episodes[rng.randrange(count)] for _ in range(count)]) for _ in range(resamples))
-    tail = (1 - confidence) / 2
-    low = scores[max(0, int(tail * resamples))]
-    high = scores[min(resamples - 1, int((1 - tail) * resamples))]
-    return (low, high)
+    return bootstrap(episodes, score, resamples=resamples, seed=seed, confidence=confidence)
 
 
 # --- model calls ----------------------------------------------------------------------------------
@@ -271,6 +268,13 @@ def _describe(rows: Sequence[EpisodeRow]) -> str:
     return " · ".join(html.escape(part) for part in parts)
 
 
+def _rubric_card(rows: Sequence[EpisodeRow], kind: str) -> tuple[str, str, str]:
+    """A summary card for one rubric score: its mean over the scored episodes."""
+    values = [score for row in rows if row.error is None and (score := getattr(row, f"{kind}_score")) is not None]
+    mean = f"{statistics.fmean(values):.3f}" if values else "-"
+    return (f"{kind.capitalize()} score", mean, f"the {kind} rubric, mean of {len(values)} episode(s), in [0, 1]")
+
+
 def write_report(
     rows: Sequence[EpisodeRow],
     path: Path,
@@ -308,6 +312,7 @@ def write_report(
             f"of {len(ACHIEVEMENTS)}; median {statistics.median([len(e) for e in episodes]) if episodes else 0:g}",
         ),
         ("Mean return", f"{statistics.fmean(returns) if returns else 0.0:.2f}", f"{len(episodes)} scored episode(s)"),
+        *(_rubric_card(rows, kind) for kind in ("outcome", "events")),
     ]
     cards = "".join(
         f'<div class="card stat" id="stat-{index}"><div class="muted">{name}</div><div class="big">{value}</div>'

@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..game import Observation
+
+if TYPE_CHECKING:
+    from .tokens import TokenData
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +42,7 @@ class LMCall:
     usage: dict[str, Any] = field(default_factory=dict)
     finish_reason: str | None = None
     error: str | None = None
+    tokens: TokenData | None = None  # exact tokens, when the rollout asked for them (policy/tokens.py)
 
     @property
     def input_tokens(self) -> int | None:

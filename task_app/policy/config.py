@@ -4,10 +4,17 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictInt, field_validator
 
 DEFAULT_DECISIONS = 10
 MAX_IMAGE_SIZE = 512
+HISTORY_TURNS, MAX_HISTORY_TURNS = 32, 1000
+HISTORY_BYTES, MAX_HISTORY_BYTES = 128 * 1024, 16 * 1024 * 1024
+# What the app itself builds into every request: extra_body cannot replace them.
+APP_FIELDS = frozenset(
+    {"messages", "model", "tools", "tool_choice", "parallel_tool_calls", "functions", "function_call", "stream"}
+)
+History = Literal["summary", "messages"]
 
 
 class PolicyConfig(BaseModel):
@@ -30,3 +37,19 @@ class PolicyConfig(BaseModel):
     trace_correlation_id: str | None = None
     trace: str | None = None
     step_rewards: dict[str, Any] | None = None
+    # exact tokens (policy/tokens.py); `record.logprobs: true` sets it too
+    logprobs: bool = False
+    # merged verbatim into every request to the trainer's own server, last (README: "precedence")
+    extra_body: dict[str, Any] | None = None
+    # "summary": [system, user] with the last decisions summarised; "messages": one conversation per episode
+    history: History = "summary"
+    history_max_turns: StrictInt = Field(default=HISTORY_TURNS, ge=1, le=MAX_HISTORY_TURNS)
+    history_max_bytes: StrictInt = Field(default=HISTORY_BYTES, ge=1024, le=MAX_HISTORY_BYTES)
+
+    @field_validator("extra_body")
+    @classmethod
+    def _no_app_fields(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        taken = sorted(APP_FIELDS & set(value or {}))
+        if taken:
+            raise ValueError(f"extra_body cannot set {', '.join(taken)}: the task app builds those")
+        return value

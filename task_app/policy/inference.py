@@ -12,9 +12,10 @@ connection errors, timeouts, 429 and 5xx are retried with exponential backoff pl
 and each attempt is bounded in total by min(connect + read timeout, remaining time + DEADLINE_GRACE_S).
 Any other 4xx fails at once.
 
-A 200 whose body is not JSON is *not* retried and *not* an error: `ChatResult.body` is None and
-`ChatResult.invalid_reason` says why; the policy turns it into an unusable answer, so the engine's
-"three unusable answers in a row" rule bounds a model server that keeps answering garbage.
+A 200 whose body is not JSON, or is longer than `max_response_bytes` (cut off unread), is *not*
+retried and *not* an error: `ChatResult.body` is None and `ChatResult.invalid_reason` says why; the
+policy turns it into an unusable answer for that decision, so the engine's "three unusable answers in
+a row" rule bounds a model server that keeps answering garbage.
 """
 
 from __future__ import annotations
@@ -52,10 +53,28 @@ DEFAULT_MAX_TOKENS = 512  # CONTRACT §2 default
 DEFAULT_REASONING_MAX_TOKENS = 4096
 PROVIDER_OPENAI, PROVIDER_GROQ, PROVIDER_CUSTOM = "openai", "groq", "custom"
 _REASONING_MODEL = re.compile(r"^(gpt-5|o\d)")
-# Extra policy.config keys forwarded to any server, and those only self-hosted (vLLM-like) servers know.
+# Extra policy.config keys forwarded verbatim to any server, and the sampling keys only self-hosted
+# (vLLM, SGLang) servers know; anything else a trainer's server needs goes in policy.config.extra_body.
 _PASSTHROUGH = ("seed", "stop", "frequency_penalty", "presence_penalty", "reasoning_effort", "logprobs", "top_logprobs")
-_PASSTHROUGH_SELF_HOSTED = ("top_k", "min_p", "repetition_penalty", "chat_template_kwargs")
+_PASSTHROUGH_SELF_HOSTED = (
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "chat_template_kwargs",
+    "min_tokens",
+    "stop_token_ids",
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "include_stop_str_in_output",
+    "length_penalty",
+    "logit_bias",
+    "bad_words",
+    "allowed_token_ids",
+)
 _ERROR_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_OK = 200  # an answer too large to read was a 2xx (outbound.post refuses only those)
+RESPONSE_TOO_LARGE = "response_too_large"
 _HTTP_TOO_MANY_REQUESTS = 429
 _HTTP_SERVER_ERROR = 500
 # An attempt's own time limit ends this long after the deadline: inside a rollout the engine's cancel
@@ -392,8 +411,8 @@ class InferenceClient:
                 total_timeout_s=budget if remaining is None else min(budget, remaining + DEADLINE_GRACE_S),
                 max_bytes=limits.max_response_bytes,
             )
-        except AnswerTooLarge as exc:
-            raise PolicyError(f"the model's {exc}", code="inference_response_too_large") from exc
+        except AnswerTooLarge:
+            return _OK, None, RESPONSE_TOO_LARGE
         except SendFailure as exc:
             if exc.kind == SendFailure.REQUEST:
                 raise PolicyError(f"cannot send the inference request: {exc}", code="inference_request_error") from exc

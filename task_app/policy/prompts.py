@@ -167,17 +167,38 @@ def tool_choice() -> dict[str, Any]:
     return {"type": "function", "function": {"name": TOOL_NAME}}
 
 
+def _ran(entry: HistoryEntry) -> str:
+    """One decision: what ran and what it unlocked."""
+    actions = ", ".join(entry.actions) or "nothing ran"
+    result = f"unlocked {', '.join(entry.achievements_added)}" if entry.achievements_added else "nothing new"
+    return f"{actions} -> {result}"
+
+
 def history_text(history: Sequence[HistoryEntry]) -> str:
     """The last decisions, oldest first: what ran and what it unlocked."""
     if not history:
         return "Your recent decisions: none yet."
     lines = ["Your recent decisions (oldest first):"]
     for entry in history:
-        actions = ", ".join(entry.actions) or "nothing ran"
-        result = f"unlocked {', '.join(entry.achievements_added)}" if entry.achievements_added else "nothing new"
         dropped = f" ({entry.rejected} invalid action(s) ignored)" if entry.rejected else ""
-        lines.append(f"- #{entry.decision_index + 1}: {actions} -> {result}{dropped}")
+        lines.append(f"- #{entry.decision_index + 1}: {_ran(entry)}{dropped}")
     return "\n".join(lines)
+
+
+def result_text(entries: Sequence[HistoryEntry]) -> str:
+    """What ran since the model's last answer (`history: "messages"`: the tool result's first lines)."""
+    if not entries:
+        return "Nothing ran since your last answer."
+    dropped = "; {n} invalid action(s) ignored"
+    return "\n".join(
+        f"Executed: {_ran(entry)}" + (dropped.format(n=entry.rejected) if entry.rejected else "") for entry in entries
+    )
+
+
+def turn_text(observation_text: str, max_actions: int = 8, result: str | None = None) -> str:
+    """One turn of a multi-turn conversation: what ran (after the first turn), then the observation."""
+    head = f"{result}\n\n" if result else ""
+    return f"{head}{observation_text}\n\nChoose your next 1-{max_actions} actions and call {TOOL_NAME}."
 
 
 def user_text(observation_text: str, history: Sequence[HistoryEntry], max_actions: int = 8) -> str:

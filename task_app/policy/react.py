@@ -13,6 +13,7 @@ names on an `actions:` line, and synthesise an `interact_many` call (`meta["pars
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import logging
@@ -27,8 +28,10 @@ from ..core.settings import Settings
 from ..game import ACTIONS, TOOL_NAME, Observation, normalise_tool_calls
 from .base import HistoryEntry, LMCall, PolicyDecision, content_text
 from .config import PolicyConfig
-from .inference import InferenceClient, InferenceTarget, chat_params, resolve_target
-from .prompts import build_messages, tool_choice, tool_schema
+from .conversation import Conversation
+from .inference import RESPONSE_TOO_LARGE, InferenceClient, InferenceTarget, chat_params, resolve_target
+from .prompts import build_messages, result_text, system_prompt, tool_choice, tool_schema, turn_text
+from .tokens import TokenData, missing, read_tokens, request_fields, unavailable_reason
 
 logger = logging.getLogger(__name__)
 
@@ -215,6 +218,35 @@ class _Budget:
         return self._at
 
 
+def request_params(config: PolicyConfig, target: InferenceTarget) -> dict[str, Any]:
+    """Everything a request carries besides messages and tools, lowest precedence first (README,
+    "What the trainer sends goes through"): exact-token fields, then the typed sampling fields and the
+    forwarded extras, then `extra_body` verbatim."""
+    model = config.model or ""
+    params = chat_params(
+        model,
+        provider=target.provider,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        max_tokens=config.max_tokens,
+        max_completion_tokens=config.max_completion_tokens,
+        extras=config.model_extra,
+    )
+    if config.logprobs:
+        params = {**request_fields(target.provider, model), **params}
+    if config.extra_body:
+        params.update(copy.deepcopy(config.extra_body))
+    return params
+
+
+def _completion_limit(body: Mapping[str, Any]) -> int | None:
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = body.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 class ReactPolicy:
     """The LLM policy of one rollout. Holds no connection of its own: the inference client is shared."""
 
@@ -237,31 +269,44 @@ class ReactPolicy:
         self.max_actions = max_actions
         self._deadline = deadline
         self.model = config.model or ""
-        self.params = chat_params(
-            self.model,
-            provider=target.provider,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            max_tokens=config.max_tokens,
-            max_completion_tokens=config.max_completion_tokens,
-            extras=config.model_extra,
-        )
+        self.params = request_params(config, target)
         self.tool = tool_schema(max_actions)
+        self.tokens_unavailable = unavailable_reason(target.provider, self.model) if config.logprobs else None
+        self.conversation = (
+            Conversation(system_prompt(max_actions), config.history_max_turns, config.history_max_bytes)
+            if config.history == "messages"
+            else None
+        )
+        self._reported = -1  # history: "messages": the last decision whose result the model was told
 
     def deadline(self) -> float | None:
         return self._deadline() if callable(self._deadline) else self._deadline
 
-    def request_body(self, observation: Observation, history: Sequence[HistoryEntry]) -> dict[str, Any]:
-        messages = build_messages(
-            observation.text,
-            history,
-            image_data_url=observation.image_data_url
-            if (self.config.use_vision or self.config.image_only_mode)
-            else None,
-            use_vision=self.config.use_vision,
-            image_only=self.config.image_only_mode,
-            max_actions=self.max_actions,
-        )
+    def _messages(
+        self, observation: Observation, history: Sequence[HistoryEntry]
+    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+        """The request's messages, and (conversation mode) what the budget did."""
+        if self.conversation is None:
+            messages = build_messages(
+                observation.text,
+                history,
+                image_data_url=observation.image_data_url
+                if (self.config.use_vision or self.config.image_only_mode)
+                else None,
+                use_vision=self.config.use_vision,
+                image_only=self.config.image_only_mode,
+                max_actions=self.max_actions,
+            )
+            return messages, None
+        if observation.data.get("num_steps_taken") == 0:  # an episode's first observation: a new chat
+            self.conversation.reset()
+        news = [entry for entry in history if entry.decision_index > self._reported]
+        self._reported = max([self._reported, *(entry.decision_index for entry in history)])
+        result = result_text(news) if self.conversation.started else None
+        messages, trim = self.conversation.request(turn_text(observation.text, self.max_actions, result))
+        return messages, trim.as_dict()
+
+    def request_body(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             **self.params,
             "messages": messages,
@@ -270,15 +315,36 @@ class ReactPolicy:
             "parallel_tool_calls": False,
         }
 
+    def _tokens(self, body: dict[str, Any], answer: dict[str, Any] | None, parsed: ParsedAnswer) -> TokenData | None:
+        if not self.config.logprobs:
+            return None
+        if self.tokens_unavailable is not None:
+            return missing(self.tokens_unavailable, finish_reason=parsed.finish_reason)
+        if answer is None:
+            return missing(f"the answer was not read ({parsed.unusable_reason}): {parsed.detail}")
+        return read_tokens(answer, max_completion_tokens=_completion_limit(body))
+
+    def _unreadable(self, reason: str | None) -> ParsedAnswer:
+        if reason == RESPONSE_TOO_LARGE:
+            limit = self.client.limits.max_response_bytes
+            detail = f"the model server's answer is longer than {limit} bytes (TASKAPP_INFERENCE_MAX_RESPONSE_BYTES)"
+            return ParsedAnswer(unusable_reason=reason, detail=detail)
+        return ParsedAnswer(
+            unusable_reason=reason or "invalid_json", detail="the model server's answer is not a JSON object"
+        )
+
     async def decide(self, observation: Observation, history: Sequence[HistoryEntry]) -> PolicyDecision:
         """One model call. Raises PolicyError when the model server cannot be reached or refuses."""
-        body = self.request_body(observation, history)
+        messages, trim = self._messages(observation, history)
+        body = self.request_body(messages)
         result = await self.client.chat(self.target, body, deadline=self.deadline(), run_id=self.run_id)
-        if result.body is None:
-            reason = result.invalid_reason or "invalid_json"
-            parsed = ParsedAnswer(unusable_reason=reason, detail="the model server's answer is not a JSON object")
-        else:
-            parsed = parse_answer(result.body, self.max_actions)
+        parsed = (
+            self._unreadable(result.invalid_reason)
+            if result.body is None
+            else parse_answer(result.body, self.max_actions)
+        )
+        if self.conversation is not None:
+            self.conversation.answered(parsed.message)
         usage = _usage(result.body)
         meta: dict[str, Any] = {
             "model": self.model,
@@ -289,6 +355,8 @@ class ReactPolicy:
             "finish_reason": parsed.finish_reason,
             "parsed_from": parsed.parsed_from,
         }
+        if trim is not None:
+            meta["history"] = trim
         if not parsed.usable:
             meta["unusable_reason"] = parsed.unusable_reason
             meta["unusable_detail"] = parsed.detail
@@ -310,6 +378,7 @@ class ReactPolicy:
             usage=usage,
             finish_reason=parsed.finish_reason,
             error=None if parsed.usable else parsed.unusable_reason,
+            tokens=self._tokens(body, result.body, parsed),
         )
         return PolicyDecision(tool_calls=parsed.tool_calls, meta=meta, usable=parsed.usable, lm_call=lm_call)
 

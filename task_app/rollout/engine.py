@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from time import perf_counter
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 import anyio
 
 from ..core.offload import Offload, run_in_thread
+from ..core.rubrics import Rubric
 from ..game import Game, Observation, WorldFactory, normalise_tool_calls
 from ..game.actions import NOOP, plan_from_names
 from ..policy.base import HistoryEntry, Policy, PolicyDecision, PolicyError
@@ -31,6 +32,7 @@ from .control import RunControl
 from .plan import AGENT, RolloutPlan
 from .result import DecisionRecord, EpisodeSummary, RolloutResult, StopReason
 from .rewards import StepRewardShaper
+from .rubric_scores import score_rollout
 
 logger = logging.getLogger(__name__)
 
@@ -56,8 +58,10 @@ class RolloutEngine:
         unusable_limit: int = 3,
         deadline: float | None = None,
         on_record: Callable[[RolloutResult, DecisionRecord], None] | None = None,
+        rubrics: Mapping[str, Rubric] | None = None,
     ) -> None:
         self.plan = plan
+        self.rubrics = rubrics  # the shipped rubrics: metrics.outcome_score / events_score
         self.on_record = on_record  # called with each decision as it is recorded (trace rows)
         self.policy = policy
         self.worlds = worlds
@@ -78,7 +82,7 @@ class RolloutEngine:
     async def run(self) -> RolloutResult:
         if self._deadline is None:
             self._deadline = anyio.current_time() + self.plan.max_time_s
-        if self.shaper is not None:
+        if self.shaper is not None or self.plan.record_tokens:
             self.result.decision_samples = []
         try:
             # One cancel scope for the whole loop (not one per op): the deadline and an abort cancel
@@ -95,8 +99,19 @@ class RolloutEngine:
                 raise _Stop(StopReason.ABORTED if self.control.aborted else StopReason.DEADLINE)
         except _Stop as stop:
             self.result.stop_reason = stop.reason
+        except Exception as exc:  # a bug ends this rollout with what ran, never the process's others
+            logger.error("rollout failed", exc_info=True, extra={"run_id": self.plan.run_id})
+            self.result.stop_reason = StopReason.INTERNAL
+            self.result.error = {
+                "code": StopReason.INTERNAL,
+                "message": f"internal error ({type(exc).__name__}) after {len(self.result.records)} decision(s); "
+                "the task app's log has the details",
+            }
         finally:
             self.control.bind(None)
+        if self.rubrics is not None:  # ~12 µs a decision: off the loop, like the rest of the crafter work
+            rubrics = self.rubrics
+            self.result.rubric_scores = await self.offload(lambda: score_rollout(self.result, rubrics))
         return self._finish()
 
     # --- guards ---------------------------------------------------------------------------------
@@ -145,6 +160,11 @@ class RolloutEngine:
             self.result.unusable_answers += 1
             self._unusable_streak += 1
             if self._unusable_streak >= self.unusable_limit:
+                reason = decision.meta.get("unusable_reason") or "no executable action"
+                self.result.error = {
+                    "code": StopReason.POLICY_UNUSABLE,
+                    "message": f"{self._unusable_streak} unusable model answers in a row (the last: {reason})",
+                }
                 raise _Stop(StopReason.POLICY_UNUSABLE)
         self._pending = decision
 
@@ -179,9 +199,9 @@ class RolloutEngine:
             finished_at=datetime.now(UTC),
             env_ms=env_ms,
         )
-        if self.shaper is not None and self.result.decision_samples is not None:
+        if self.shaper is not None:
             record.stepwise = self.shaper.score(record.index, outcome, outcome.actions)
-            self.result.decision_samples.append(record.stepwise.sample)
+        self._sample(record)
         self.result.records.append(record)
         if self.on_record is not None:
             self.on_record(self.result, record)
@@ -196,6 +216,19 @@ class RolloutEngine:
             self._needs_reset = self.plan.on_done == "reset"
 
     # --- bookkeeping ----------------------------------------------------------------------------
+
+    def _sample(self, record: DecisionRecord) -> None:
+        """`trajectory.decision_samples`: one per decision when step rewards or exact tokens are on."""
+        samples = self.result.decision_samples
+        if samples is None:
+            return
+        sample: dict[str, Any] = (
+            dict(record.stepwise.sample) if record.stepwise is not None else {"decision_index": record.index}
+        )
+        if self.plan.record_tokens:
+            tokens = record.tokens
+            sample["tokens"] = tokens.as_dict() if tokens is not None else None
+        samples.append(sample)
 
     def _publish_progress(self) -> None:
         progress = self.control.progress

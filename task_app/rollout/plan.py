@@ -18,6 +18,7 @@ from ..core.contracts import OpSpec, RolloutRequest
 from ..core.errors import InvalidRequest, UnknownName
 from ..core.settings import Settings
 from ..policy.config import PolicyConfig
+from ..policy.inference import PROVIDER_CUSTOM, chat_completions_url, provider_of
 from .rewards import StepRewardConfig
 
 logger = logging.getLogger(__name__)
@@ -77,6 +78,11 @@ class RolloutPlan:
     training_session_id: str | None
     synth_base_url: str | None
     alias_applied: bool
+
+    @property
+    def record_tokens(self) -> bool:
+        """Exact tokens per decision (`record.logprobs` or `policy.config.logprobs`)."""
+        return self.policy.logprobs
 
 
 def _invalid(exc: ValidationError, where: str, code: str) -> InvalidRequest:
@@ -151,6 +157,29 @@ def check_inference_url(url: str, allowed_hosts: list[str]) -> None:
         raise InvalidRequest(
             f"inference host {parts.hostname!r} is not in the allowed list", code="inference_host_not_allowed"
         )
+
+
+def _policy_options(policy: PolicyConfig, request: RolloutRequest, settings: Settings) -> PolicyConfig:
+    """extra_body goes only to the trainer's own server; the conversation mode is text-only;
+    `record.logprobs` turns exact tokens on."""
+    if policy.extra_body:
+        vendor = (
+            policy.provider
+            if not policy.inference_url
+            else provider_of(chat_completions_url(policy.inference_url), settings)
+        )
+        if vendor and vendor != PROVIDER_CUSTOM:
+            raise InvalidRequest(
+                f"policy.config.extra_body is forwarded only to your own inference server, not to {vendor} "
+                "(vendor routes apply the vendor's parameter rules)",
+                code="extra_body_not_forwarded",
+            )
+    if policy.history == "messages" and (policy.use_vision or policy.image_only_mode):
+        raise InvalidRequest(
+            'policy.config.history "messages" is text-only; it cannot be combined with use_vision or image_only_mode',
+            code="invalid_policy_config",
+        )
+    return policy.model_copy(update={"logprobs": True}) if request.record.logprobs else policy
 
 
 def trace_correlation_id(config: PolicyConfig, mode: str, run_id: str) -> str:
@@ -237,6 +266,7 @@ def build_plan(request: RolloutRequest, settings: Settings) -> RolloutPlan:
             )
     if policy.inference_url:
         check_inference_url(policy.inference_url, settings.inference_allowed_hosts)
+    policy = _policy_options(policy, request, settings)
 
     if not request.ops:
         raise InvalidRequest("ops must not be empty", code="empty_ops")

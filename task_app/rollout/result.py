@@ -14,8 +14,11 @@ from typing import Any
 
 from ..game import ActionPlan, DecisionOutcome
 from ..policy.base import PolicyDecision
+from ..policy.tokens import TokenData
+from .failures import ErrorClass, failure, policy_failure, storage_failure
 from .plan import RolloutPlan
 from .rewards import StepwiseResult
+from .rubric_scores import RolloutScores
 
 
 class StopReason(enum.StrEnum):
@@ -28,6 +31,7 @@ class StopReason(enum.StrEnum):
     ABORTED = "aborted"
     POLICY_UNUSABLE = "policy_unusable"
     POLICY_ERROR = "policy_error"
+    INTERNAL = "internal_error"  # a bug in the task app stopped the rollout (logged with its traceback)
 
     @property
     def aborts(self) -> bool:
@@ -78,15 +82,29 @@ class DecisionRecord:
             info["stepwise"] = self.stepwise.info
         return info
 
-    def step(self) -> dict[str, Any]:
-        return {
+    @property
+    def tokens(self) -> TokenData | None:
+        """The decision's exact tokens (None without a model call or when they were not asked for)."""
+        call = self.decision.lm_call if self.decision is not None else None
+        return call.tokens if call is not None else None
+
+    def step(self, *, tokens: bool = False) -> dict[str, Any]:
+        """The trajectory step; with `tokens`, the step's `logprob` (the completion's summed logprobs) and
+        `info.tokens` (policy/tokens.py; null for a decision without a model call)."""
+        info = self.step_info()
+        step: dict[str, Any] = {
             "obs": {"text": self.obs_text},
             "tool_calls": [self.plan.tool_call()],
             "reward": self.reward,
             "done": self.done,
             "truncated": self.truncated,
-            "info": self.step_info(),
+            "info": info,
         }
+        if tokens:
+            data = self.tokens
+            step["logprob"] = data.logprob if data is not None else None
+            info["tokens"] = data.as_dict() if data is not None else None
+        return step
 
 
 @dataclass(slots=True)
@@ -127,6 +145,7 @@ class RolloutResult:
     stepwise_summary: dict[str, Any] | None = None
     decision_samples: list[dict[str, Any]] | None = None
     storage: dict[str, Any] | None = None
+    rubric_scores: RolloutScores | None = None
 
     @property
     def aborted(self) -> bool:
@@ -144,9 +163,38 @@ class RolloutResult:
     def policy_id(self) -> str:
         return f"{self.plan.policy_name}:{self.plan.run_id}"
 
+    def failure(self) -> dict[str, Any] | None:
+        """`metrics.details.error` (rollout/failures.py) when the rollout did not complete normally."""
+        plan, reason = self.plan, self.stop_reason
+        if reason == StopReason.POLICY_ERROR and self.error:
+            return policy_failure(self.error)
+        if reason == StopReason.POLICY_UNUSABLE:
+            message = (self.error or {}).get("message") or "the model's answers had no executable action"
+            return failure(ErrorClass.MODEL_UNUSABLE, str(message), False)
+        if reason == StopReason.DEADLINE:
+            message = f"the rollout's deadline (safety.max_time_s = {plan.max_time_s:g} s) ran out"
+            return failure(ErrorClass.DEADLINE, message, True)
+        if reason == StopReason.ABORTED:
+            return failure(ErrorClass.ABORTED, "the rollout was aborted (/run/abort, or the client went away)", False)
+        if reason == StopReason.MAX_OPS:
+            return failure(ErrorClass.ABORTED, f"safety.max_ops ({plan.max_ops}) was reached", False)
+        if reason == StopReason.INTERNAL:
+            message = (self.error or {}).get("message") or "internal error"
+            return failure(ErrorClass.INTERNAL, str(message), True)
+        return storage_failure(self.storage)
+
+    def _episode_details(self) -> list[dict[str, Any]]:
+        episodes = [episode.as_dict() for episode in self.episodes]
+        for scored in self.rubric_scores.episodes if self.rubric_scores is not None else []:
+            episodes[scored.index].update(
+                ending=scored.ending, outcome_score=scored.outcome.score, events_score=scored.events.score
+            )
+        return episodes
+
     def metrics(self) -> dict[str, Any]:
         returns = [episode.episode_return for episode in self.episodes] or [0.0]
         achievements = self.final_achievements
+        scores = self.rubric_scores
         details: dict[str, Any] = {
             "achievements": achievements,
             "achievement_count": len(achievements),
@@ -158,11 +206,14 @@ class RolloutResult:
             "rejected_actions": sum(len(record.plan.rejected) for record in self.records),
             "unusable_answers": self.unusable_answers,
             "ops_dropped": self.plan.ops_dropped,
-            "episodes": [episode.as_dict() for episode in self.episodes],
+            "episodes": self._episode_details(),
             "duration_s": round(((self.finished_at or self.started_at) - self.started_at).total_seconds(), 4),
         }
-        if self.error:
-            details["error"] = self.error
+        error = self.failure()
+        if error is not None:
+            details["error"] = error
+        if scores is not None:
+            details["rubrics"] = scores.details()
         if self.stepwise_summary is not None:
             details["stepwise"] = self.stepwise_summary
         if self.storage:
@@ -172,8 +223,8 @@ class RolloutResult:
             "mean_return": fmean(returns),
             "num_steps": len(self.records),
             "num_episodes": len(self.episodes),
-            "outcome_score": None,
-            "events_score": None,
+            "outcome_score": scores.outcome.score if scores is not None else None,
+            "events_score": scores.events.score if scores is not None else None,
             "details": details,
         }
 
@@ -183,7 +234,9 @@ class RolloutResult:
         trajectory = {
             "env_id": self.env_id,
             "policy_id": self.policy_id,
-            "steps": [record.step() for record in self.records] if plan.record_trajectories else [],
+            "steps": [record.step(tokens=plan.record_tokens) for record in self.records]
+            if plan.record_trajectories
+            else [],
             "final": {"observation": {"text": self.final_obs_text}},
             "length": len(self.records),
             "inference_url": plan.inference_url,

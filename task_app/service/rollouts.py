@@ -6,7 +6,7 @@ Owned by the app's lifespan; the HTTP routes only translate requests into calls 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +15,7 @@ import orjson
 
 from ..core.contracts import RolloutRequest
 from ..core.offload import Offload
+from ..core.rubrics import Rubric
 from ..core.settings import Settings
 from ..game import WorldFactory
 from ..policy.base import Policy
@@ -22,7 +23,7 @@ from ..rollout.control import RunStatus
 from ..rollout.engine import RolloutEngine
 from ..rollout.plan import RolloutPlan, build_plan
 from ..rollout.registry import RunEntry, RunRegistry
-from ..rollout.result import RolloutResult
+from ..rollout.result import RolloutResult, StopReason
 from ..tracing.recording import RolloutRows, TraceRecorder
 
 logger = logging.getLogger(__name__)
@@ -52,8 +53,10 @@ class RolloutService:
         policy_factory: PolicyFactory,
         recorder: TraceRecorder,
         offload: Offload,
+        rubrics: Mapping[str, Rubric] | None = None,
     ) -> None:
         self.settings = settings
+        self.rubrics = rubrics
         self.worlds = worlds
         self.registry = registry
         self.policy_factory = policy_factory
@@ -84,10 +87,17 @@ class RolloutService:
                 unusable_limit=self.settings.unusable_answers_limit,
                 deadline=deadline,
                 on_record=rows.add if rows is not None else None,
+                rubrics=self.rubrics,
             )
             result = await engine.run()
             body = await self._finalise(result, rows)
-            status = RunStatus.ABORTED if result.aborted else RunStatus.COMPLETED
+            status = (
+                RunStatus.FAILED
+                if result.stop_reason == StopReason.INTERNAL
+                else RunStatus.ABORTED
+                if result.aborted
+                else RunStatus.COMPLETED
+            )
             return body
         finally:
             self.registry.finish(entry, status, body)

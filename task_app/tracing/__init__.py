@@ -6,6 +6,7 @@ rows.py    SessionTrace <-> rows of the seed's tables
 schema.py  DDL, PRAGMA user_version migrations
 store.py   TraceStore: one connection, one writer task, one transaction per queued batch
 sft.py     SFT records and the atomic per-run JSONL writer
+token_records.py  exact-token training records (one per answered model call)
 """
 
 from .rewards import decision_rewards, event_rewards, outcome_reward

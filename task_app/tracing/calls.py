@@ -9,7 +9,9 @@ The record keeps all 34 keys of synth-ai's `LLMCallRecord` so tooling that rebui
   size and sha256 (no base64), and `response_raw_json` is null.
 
 `request_raw_json` is always null: `input_messages` plus `request_params` already say what was sent,
-and repeating the prompt would double every trace.
+and repeating the prompt would double every trace. `token_traces` holds the decision's exact tokens
+(`[TokenData.as_dict()]`: prompt and completion ids, logprobs, ...) when the rollout asked for them,
+else null.
 """
 
 from __future__ import annotations
@@ -327,7 +329,7 @@ def call_record(
         "metadata": {"url": public_url(call.url), "attempts": call.attempts},
         "outcome": "error" if call.error else "success",
         "error": {"message": call.error} if call.error else None,
-        "token_traces": None,
+        "token_traces": [call.tokens.as_dict()] if call.tokens is not None else None,
         "safety": None,
         "refusal": {"message": assistant["refusal"]} if assistant.get("refusal") else None,
         "redactions": None,

@@ -2,7 +2,7 @@
 
     RolloutResult.records ──► per decision k (0-based, step_id "decision_<k>", turn_number k):
         events:   [LM call event (policy:<name>)]? + environment event (environment:crafter)
-        messages: system, user, assistant, assistant tool call (LLM policy)
+        messages: system, user (or the tool result of history "messages"), assistant, assistant tool call (LLM)
                   user, assistant tool call (scripted policy) | none (injected noop)
         step_metadata: episode, decision_rewards, event_rewards
     ──► compact | structured | full
@@ -39,6 +39,7 @@ COMPACT, STRUCTURED, FULL = "compact", "structured", "full"
 TRACE_FORMATS = (COMPACT, STRUCTURED, FULL)
 TRACE_SCHEMA = "tracing_v3"
 ENV_INSTANCE = "environment:crafter"
+_PROMPT_TYPES = {"user": "user", "tool": "tool_result"}  # a prompt's role -> its `messages.message_type`
 
 
 def step_id(index: int) -> str:
@@ -102,7 +103,8 @@ def _session_details(result: RolloutResult, trace_format: str) -> dict[str, Any]
         "lm_calls": sum(1 for record in result.records if _lm_call(record) is not None),
         "episodes": [episode.as_dict() for episode in result.episodes],
         "stepwise": result.stepwise_summary,
-        "error": result.error,
+        "error": result.failure(),
+        "rubrics": result.rubric_scores.details() if result.rubric_scores is not None else None,
     }
 
 
@@ -121,10 +123,6 @@ def _lm_call(record: DecisionRecord) -> LMCall | None:
     return record.decision.lm_call if record.decision is not None else None
 
 
-def _last(messages: list[dict[str, Any]], role: str) -> Mapping[str, Any] | None:
-    return next((message for message in reversed(messages) if message.get("role") == role), None)
-
-
 def _message_specs(record: DecisionRecord, *, raw: bool) -> Iterator[_MessageSpec]:
     decision = record.decision
     if decision is None:
@@ -139,10 +137,15 @@ def _message_specs(record: DecisionRecord, *, raw: bool) -> Iterator[_MessageSpe
         )
         return
     system = next((message for message in call.messages if message.get("role") == "system"), None)
-    for role, message in (("system", system), ("user", _last(call.messages, "user"))):
-        if message is not None:
+    # the decision's own prompt: the last user message, or (history "messages") the tool result after it
+    prompt = next((message for message in reversed(call.messages) if message.get("role") in _PROMPT_TYPES), None)
+    for message_type, message in (("system", system), (_PROMPT_TYPES.get(str((prompt or {}).get("role"))), prompt)):
+        if message is not None and message_type is not None:
+            role = str(message.get("role"))
             content = message.get("content") if raw else strip_images(message.get("content"))
-            yield _MessageSpec(role, {"role": role, "text": content_text(content), "content": content}, call.started_at)
+            yield _MessageSpec(
+                message_type, {"role": role, "text": content_text(content), "content": content}, call.started_at
+            )
     assistant = call.assistant_message
     if assistant is None:
         return

@@ -1,9 +1,9 @@
 """The app's one error model: every exception becomes the JSON error body of CONTRACT.md §1.
 
-TaskAppError             its status and code (429 with Retry-After)
-RequestValidationError   422 invalid_request (never echoing the input), or 400 invalid_json
-HTTPException            its status (404, 405 with every allowed method, 413, ...)
-anything else            500 internal_error, logged with its traceback
+TaskAppError             its status, code and retryable flag (429 with Retry-After)
+RequestValidationError   422 invalid_request (never echoing the input), or 400 invalid_json; not retryable
+HTTPException            its status (404, 405 with every allowed method, 413, ...); retryable when 5xx
+anything else            500 internal_error, logged with its traceback; retryable
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from .responses import JSONBytes
 
 logger = logging.getLogger(__name__)
 
+_SERVER_ERROR = 500  # from here on a failure is the server's and may pass
 _STATUS_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 
 
@@ -29,7 +30,8 @@ async def _task_app_error(_: Request, exc: Exception) -> JSONBytes:
     if not isinstance(exc, TaskAppError):  # pragma: no cover - registered for TaskAppError only
         raise exc
     headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, CapacityExceeded) else None
-    return JSONBytes(error_body(exc.code, exc.message, **exc.details), status_code=exc.status, headers=headers)
+    body = error_body(exc.code, exc.message, retryable=exc.retryable, **exc.details)
+    return JSONBytes(body, status_code=exc.status, headers=headers)
 
 
 def _denied(request: Request) -> TaskAppError | None:
@@ -64,6 +66,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONBytes:
     if not isinstance(exc, StarletteHTTPException):  # pragma: no cover
         raise exc
     code = _STATUS_CODES.get(exc.status_code, "http_error")
+    retryable = exc.status_code >= _SERVER_ERROR
     if exc.status_code == 400:  # FastAPI's "error parsing the body" (e.g. nesting too deep)
         if (denied := _denied(request)) is not None:
             return await _task_app_error(request, denied)
@@ -71,12 +74,13 @@ async def _http_error(request: Request, exc: Exception) -> JSONBytes:
     headers = exc.headers
     if exc.status_code == 405:  # list every method of the path, not just one route's
         headers = {**(headers or {}), "Allow": allowed_methods(request)}
-    return JSONBytes(error_body(code, str(exc.detail)), status_code=exc.status_code, headers=headers)
+    body = error_body(code, str(exc.detail), retryable=retryable)
+    return JSONBytes(body, status_code=exc.status_code, headers=headers)
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONBytes:
     logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return JSONBytes(error_body("internal_error", "internal server error"), status_code=500)
+    return JSONBytes(error_body("internal_error", "internal server error", retryable=True), status_code=500)
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -68,7 +68,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         try:
             registry = RunRegistry(settings.max_concurrent_rollouts, settings.run_registry_size)
             policies = PolicyFactoryBuilder(settings, http)
-            service = RolloutService(settings, worlds, registry, policies.build, recorder, offload)
+            service = RolloutService(settings, worlds, registry, policies.build, recorder, offload, rubrics)
             app.state.task_app = AppState(
                 settings=settings,
                 http=http,
