@@ -195,7 +195,9 @@ def test_unknown_policy(name: str | None) -> None:
     assert caught.value.code == "unknown_policy" and caught.value.status == 422
 
 
-@pytest.mark.parametrize(("name", "expected"), [("crafter", "crafter-react"), ("Crafter-React", "crafter-react")])
+@pytest.mark.parametrize(
+    ("name", "expected"), [("crafter", "crafter-react"), ("Crafter-React", "crafter-react"), ("react", "crafter-react")]
+)
 def test_policy_name_aliases(name: str, expected: str) -> None:
     assert make_plan(policy={**REACT, "policy_name": name}).policy_name == expected
 
@@ -211,14 +213,24 @@ def test_react_needs_a_model() -> None:
 def test_react_needs_an_inference_url_or_provider() -> None:
     assert _error(policy={"policy_name": "crafter-react", "config": {"model": "m"}}).code == "missing_inference_url"
     plan = make_plan(policy={"policy_name": "crafter-react", "config": {"model": "m", "provider": "groq"}})
-    assert plan.policy.provider == "groq" and plan.inference_url is None
+    assert plan.policy.provider == "groq"
+    assert plan.inference_url == "https://api.groq.com/openai/v1/chat/completions"  # the URL the policy calls
 
 
 def test_react_with_everything() -> None:
     plan = make_plan(policy=REACT)
     assert plan.policy_name == "crafter-react"
-    assert plan.inference_url == "http://127.0.0.1:9/v1"
+    assert plan.inference_url == "http://127.0.0.1:9/v1/chat/completions"
     assert plan.policy.model == "m"
+
+
+def test_inference_url_is_the_called_url_with_its_query() -> None:
+    """What the response reports (pipeline_metadata, each step's info.meta): the URL the policy calls."""
+    config = {"model": "m", "inference_url": "http://127.0.0.1:9/v1?cid=trace_abc"}
+    plan = make_plan(policy={"policy_name": "crafter-react", "config": config})
+    assert plan.inference_url == "http://127.0.0.1:9/v1/chat/completions?cid=trace_abc"
+    scripted = make_plan(policy={"policy_name": "crafter-scripted", "config": config})
+    assert scripted.inference_url is None  # the built-in policy calls no model, whatever the config says
 
 
 @pytest.mark.parametrize(
@@ -241,7 +253,7 @@ def test_bad_inference_url(url: str, policy_name: str) -> None:
 
 def test_inference_host_allow_list() -> None:
     settings = Settings(inference_allowed_hosts=["127.0.0.1"])
-    assert make_plan(settings, policy=REACT).inference_url == "http://127.0.0.1:9/v1"
+    assert make_plan(settings, policy=REACT).inference_url == "http://127.0.0.1:9/v1/chat/completions"
     policy = {"policy_name": "crafter-react", "config": {"model": "m", "inference_url": "https://elsewhere.example/v1"}}
     assert _error(settings, policy=policy).code == "inference_host_not_allowed"
 

@@ -105,7 +105,7 @@ class RolloutTrajectory(BaseModel):
     steps: list[RolloutStep]
     final: dict[str, Any] | None = None
     length: int
-    inference_url: str | None = None
+    inference_url: str  # the policy's chat-completions URL (with its ?cid=); empty when it calls no model
     decision_samples: list[dict[str, Any]] | None = None
 
 

@@ -159,12 +159,16 @@ def resolve_target(
         return InferenceTarget(url, label, key)
     if provider not in (PROVIDER_OPENAI, PROVIDER_GROQ):
         raise NotConfigured("no inference_url and no known provider", code="missing_inference_url")
-    base = settings.openai_base_url if provider == PROVIDER_OPENAI else settings.groq_base_url
     key = api_key if api_key is not None else vendor_key(provider, settings)
     if key is None or not key.get_secret_value():
         name = "OPENAI_API_KEY" if provider == PROVIDER_OPENAI else "GROQ_API_KEY"
         raise NotConfigured(f"{name} is not configured on this task app", code=f"missing_{provider}_api_key")
-    return InferenceTarget(chat_completions_url(base), provider, key)
+    return InferenceTarget(vendor_url(provider, settings), provider, key)
+
+
+def vendor_url(provider: str, settings: Settings) -> str:
+    """The chat-completions URL of a vendor (`openai` or `groq`) this app routes to."""
+    return chat_completions_url(settings.openai_base_url if provider == PROVIDER_OPENAI else settings.groq_base_url)
 
 
 # --- what to send ----------------------------------------------------------------------------------

@@ -18,13 +18,15 @@ from ..core.contracts import OpSpec, RolloutRequest
 from ..core.errors import InvalidRequest, UnknownName
 from ..core.settings import Settings
 from ..policy.config import PolicyConfig
+from ..policy.inference import chat_completions_url, vendor_url
 from .rewards import StepRewardConfig
 
 logger = logging.getLogger(__name__)
 
 ENV_NAMES = frozenset({"crafter"})
 REACT, SCRIPTED = "crafter-react", "crafter-scripted"
-POLICY_NAMES = {"crafter-react": REACT, "crafter": REACT, "crafter-scripted": SCRIPTED}
+# Accepted names (case-insensitive) → the policy; "react" is `synth-ai smoke`'s default --policy-name.
+POLICY_NAMES = {"crafter-react": REACT, "crafter": REACT, "react": REACT, "crafter-scripted": SCRIPTED}
 AGENT, ENV = "agent", "env"
 _OP_ALIASES = {"agent": AGENT, "policy": AGENT, "model": AGENT, "env": ENV, "environment": ENV, "step": ENV}
 _TRACE_PARAMS = ("cid", "trace", "trace_correlation_id")
@@ -70,7 +72,7 @@ class RolloutPlan:
     image_size: int | None
     step_rewards: StepRewardConfig
     trace_correlation_id: str
-    inference_url: str | None
+    inference_url: str | None  # the chat-completions URL the policy calls, its query (?cid=) kept; None: no model
     return_trace: bool
     trace_format: str
     record_trajectories: bool
@@ -206,6 +208,14 @@ def _area(env_config: EnvConfig, settings: Settings) -> tuple[int, int]:
     return (int(area[0]), int(area[1]))
 
 
+def _policy_url(policy_name: str, policy: PolicyConfig, settings: Settings) -> str | None:
+    if policy_name != REACT:
+        return None
+    if policy.inference_url:
+        return chat_completions_url(policy.inference_url)
+    return vendor_url(policy.provider, settings) if policy.provider else None
+
+
 def build_plan(request: RolloutRequest, settings: Settings) -> RolloutPlan:
     alias_applied = False
     if settings.math_alias_enabled:
@@ -271,7 +281,7 @@ def build_plan(request: RolloutRequest, settings: Settings) -> RolloutPlan:
         image_size=policy.image_size if (policy.use_vision or policy.image_only_mode) else None,
         step_rewards=step_rewards,
         trace_correlation_id=trace_correlation_id(policy, request.mode, request.run_id),
-        inference_url=policy.inference_url,
+        inference_url=_policy_url(policy_name, policy, settings),
         return_trace=request.record.return_trace,
         trace_format=request.record.trace_format,
         record_trajectories=request.record.trajectories,
