@@ -366,6 +366,19 @@ def test_a_two_megabyte_body_is_413(client: httpx.Client) -> None:
     rollout_ok(client.post("/rollout", json=scripted(decisions=1)))
 
 
+def test_the_seeds_longest_ops_list_fits_the_default_body_limit(client: httpx.Client) -> None:
+    """`["agent", "env"] * 50000` (the seed's safety.max_ops) as requests and aiohttp write it: accepted and
+    truncated to 2 x max_llm_calls. Pretty-printed it exceeds 1 MiB: a 413 naming the limit and setting."""
+    request = scripted(decisions=1, ops=["agent", "env"] * 50_000, policy={"config": {"max_llm_calls": 4}})
+    content = json.dumps(request).encode()
+    assert 700_000 < len(content) < 1_048_576
+    body = rollout_ok(client.post("/rollout", content=content, headers={"Content-Type": "application/json"}))
+    assert (body["ops_executed"], body["metrics"]["details"]["ops_dropped"]) == (8, 99_992)
+    pretty = json.dumps({**request, "run_id": new_run_id("pretty")}, indent=2).encode()
+    error = error_of(client.post("/rollout", content=pretty, headers={"Content-Type": "application/json"}), 413)
+    assert "1048576 bytes" in error["error"]["message"] and "TASKAPP_MAX_BODY_BYTES" in error["error"]["message"]
+
+
 # --- idempotency, the cap, status and abort -------------------------------------------------------
 
 

@@ -98,20 +98,41 @@ def test_dict_ops_use_type_or_op() -> None:
     assert make_plan(ops=ops).ops == ("agent", "env", "agent", "env")
 
 
-@pytest.mark.parametrize("ops", [["agent", "jump"], ["agent", {"kind": "env"}], [{"type": "reset"}]])
-def test_invalid_op(ops: list[Any]) -> None:
+@pytest.mark.parametrize(
+    ("ops", "index", "problem"),
+    [
+        (["agent", "jump"], 1, "unknown op 'jump'"),
+        (["agent", {"kind": "env"}], 1, "an op object needs a string 'type' (or 'op')"),
+        ([{"type": "reset"}], 0, "unknown op 'reset'"),
+        ([{"type": 5}], 0, "an op object needs a string 'type' (or 'op')"),
+        (["env", None], 1, "an op is a string or an object, not null"),
+        (["agent", "env", 1, "fly"], 2, "an op is a string or an object, not a number"),
+        (["agent", {"type": "env"}, ["agent"]], 2, "an op is a string or an object, not an array"),
+        (["agent", "x" * 500], 1, "unknown op '" + "x" * 60 + "...'"),
+    ],
+)
+def test_invalid_op(ops: list[Any], index: int, problem: str) -> None:
+    """The first bad op, by index, in JSON's words (never Python's None), its text cut short."""
     error = _error(ops=ops)
     assert error.code == "invalid_op"
-    assert "ops[" in error.message
+    assert (
+        error.message == f"ops[{index}]: {problem}; use 'agent' or 'env' (aliases: policy, model / environment, step)"
+    )
+    assert error.details["index"] == index
 
 
 def test_empty_ops() -> None:
     assert _error(ops=[]).code == "empty_ops"
 
 
-def test_too_many_ops() -> None:
-    assert _error(Settings(max_ops_length=4), ops=["agent", "env"] * 3).code == "too_many_ops"
-    assert make_plan(Settings(max_ops_length=6), ops=["agent", "env"] * 3).ops == ("agent", "env") * 3
+@pytest.mark.parametrize("form", ["strings", "objects"])
+def test_a_list_of_any_length_is_accepted_and_truncated(form: str) -> None:
+    """The seed's trainers may send `["agent", "env"] * 50000` (safety.max_ops is 100000) and rely on the
+    truncation to 2 x max_llm_calls; ops beyond it are checked all the same."""
+    ops: list[Any] = ["agent", "env"] * 50_000 if form == "strings" else [{"type": "agent"}, {"op": "env"}] * 50_000
+    plan = make_plan(ops=ops, policy={"config": {"max_llm_calls": 10}})
+    assert (plan.ops, plan.ops_dropped, plan.max_ops) == (("agent", "env") * 10, 99_980, 100_000)
+    assert _error(ops=[*ops, "fly"]).message.startswith("ops[100000]: unknown op 'fly'")
 
 
 def test_ops_truncated_to_twice_the_decision_cap() -> None:

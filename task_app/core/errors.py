@@ -89,6 +89,26 @@ class UpstreamTimeout(TaskAppError):
     code = "upstream_timeout"
 
 
+# --- client values inside messages: bounded, and in JSON's words (a message never says "None") ------
+
+QUOTED_CHARS = 60
+_JSON_KINDS = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string"}
+
+
+def quoted(text: str) -> str:
+    """A client's string quoted for a message, cut to `QUOTED_CHARS` characters."""
+    return repr(text if len(text) <= QUOTED_CHARS else text[:QUOTED_CHARS] + "...")
+
+
+def json_kind(value: Any) -> str:
+    """What a parsed JSON value is: "null", "a number", "an array", ..."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return _JSON_KINDS.get(type(value), type(value).__name__)
+
+
 def error_body(code: str, message: str, **details: Any) -> dict[str, Any]:
     """The error shape of every answer (CONTRACT.md §1): `{"error": {code, message, ...}, "detail": message}`."""
     return {"error": {"code": code, "message": message, **details}, "detail": message}
