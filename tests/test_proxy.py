@@ -97,14 +97,6 @@ def test_missing_vendor_key_is_503(
     assert fake_model.requests == []
 
 
-@pytest.mark.parametrize("path", [OPENAI_PATH, GROQ_PATH])
-def test_streaming_is_refused_with_400(vendor_app: AppServer, fake_model: FakeModel, path: str) -> None:
-    response = _post(vendor_app, path, {"model": "gpt-4o-mini", "messages": [USER], "stream": True})
-    assert response.status_code == 400
-    assert _error(response)["code"] == "streaming_not_supported"
-    assert fake_model.requests == []
-
-
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [
@@ -113,6 +105,7 @@ def test_streaming_is_refused_with_400(vendor_app: AppServer, fake_model: FakeMo
         ({"messages": [USER]}, 422, "missing_model"),
         ({"model": "gpt-4o-mini", "messages": [USER], "max_tokens": -5}, 422, "invalid_parameter"),
         ({"model": "gpt-4o-mini", "messages": [USER], "temperature": "hot"}, 422, "invalid_parameter"),
+        ({"model": "gpt-4o-mini", "messages": [USER], "stream": "yes"}, 422, "invalid_parameter"),
         ([1, 2, 3], 422, "invalid_request"),
     ],
 )
@@ -283,17 +276,44 @@ def test_hint_states_the_games_recipes() -> None:
 # --- the answer ------------------------------------------------------------------------------------
 
 
+TOOLS = [{"type": "function", "function": {"name": "interact_many", "parameters": {"type": "object"}}}]
+
+
 def test_text_answer_gets_a_synthesised_interact_many_call(vendor_app: AppServer, fake_model: FakeModel) -> None:
     fake_model.script(text("The tree is left of me.\nactions: move_left, do, bogus"))
-    response = _post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]})
+    response = _post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER], "tools": TOOLS})
     assert response.status_code == 200
     assert response.headers[SYNTHESISED_HEADER] == "interact_many"
-    message = response.json()["choices"][0]["message"]
+    choice = response.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"  # as a vendor's own call says
+    message = choice["message"]
     assert message["content"].startswith("The tree")
     (call,) = message["tool_calls"]
     assert call["type"] == "function"
     assert call["function"]["name"] == "interact_many"
     assert json.loads(call["function"]["arguments"]) == {"actions": ["move_left", "do"]}
+
+
+@pytest.mark.parametrize(
+    "offered",
+    [
+        {},
+        {"tools": [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]},
+        {"tools": TOOLS, "tool_choice": "none"},
+        {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "other"}}},
+        {"tools": [{"type": "function", "function": "interact_many"}, "x"]},
+    ],
+    ids=["no-tools", "another-tool", "tool-choice-none", "tool-choice-another", "malformed-tools"],
+)
+def test_no_call_is_synthesised_for_a_request_that_did_not_offer_it(
+    vendor_app: AppServer, fake_model: FakeModel, offered: dict[str, Any]
+) -> None:
+    fake_model.script(text("actions: move_left, do"))
+    response = _post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER], **offered})
+    assert response.status_code == 200
+    assert SYNTHESISED_HEADER not in response.headers
+    choice = response.json()["choices"][0]
+    assert choice["finish_reason"] == "stop" and "tool_calls" not in choice["message"]
 
 
 def test_json_text_answer_and_untouched_answers(vendor_app: AppServer, fake_model: FakeModel) -> None:
@@ -302,7 +322,7 @@ def test_json_text_answer_and_untouched_answers(vendor_app: AppServer, fake_mode
         text("I am not sure yet."),
         tool_call("move_up"),
     )
-    body = {"model": "llama-3.3-70b-versatile", "messages": [USER]}
+    body = {"model": "llama-3.3-70b-versatile", "messages": [USER], "tools": TOOLS}
     synthesised, prose, called = (_post(vendor_app, GROQ_PATH, body) for _ in range(3))
     arguments = synthesised.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
     assert json.loads(arguments) == {"actions": ["place_table", "make_wood_pickaxe"]}
@@ -322,7 +342,9 @@ def test_synthesis_ignores_odd_bodies() -> None:
 # --- vendor failures -------------------------------------------------------------------------------
 
 
-def test_vendor_4xx_is_502_with_status_and_a_sanitised_body(vendor_app: AppServer, fake_model: FakeModel) -> None:
+def test_vendor_refusing_our_key_is_502_with_status_and_a_sanitised_body(
+    vendor_app: AppServer, fake_model: FakeModel
+) -> None:
     masked = f"sk-proj-********{OPENAI_KEY[-4:]}"
     body = {
         "error": {
@@ -335,8 +357,10 @@ def test_vendor_4xx_is_502_with_status_and_a_sanitised_body(vendor_app: AppServe
     fake_model.script(error(401, body=body))
     response = _post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]})
     assert response.status_code == 502
+    assert response.headers["x-should-retry"] == "false"  # another attempt with the same key fails the same way
     error_body = _error(response)
-    assert error_body["code"] == "openai_error"
+    assert error_body["code"] == "openai_key_refused"
+    assert "OPENAI_API_KEY" in error_body["message"]
     assert (error_body["vendor"], error_body["status"]) == ("openai", 401)
     vendor_error = error_body["body"]["error"]
     assert vendor_error["type"] == "invalid_request_error"
@@ -344,21 +368,59 @@ def test_vendor_4xx_is_502_with_status_and_a_sanitised_body(vendor_app: AppServe
     assert vendor_error["message"].startswith("Incorrect API key provided: [redacted]")
 
 
-@pytest.mark.parametrize("status", [400, 404, 500, 503])
-def test_vendor_errors_keep_their_status(vendor_app: AppServer, fake_model: FakeModel, status: int) -> None:
+@pytest.mark.parametrize(
+    ("status", "answered", "code", "should_retry"),
+    [
+        (400, 400, "groq_bad_request", "false"),
+        (404, 404, "groq_not_found", "false"),
+        (422, 422, "groq_unprocessable", "false"),
+        (403, 502, "groq_key_refused", "false"),
+        (405, 502, "groq_error", "false"),
+        (408, 502, "groq_error", None),
+        (500, 502, "groq_error", None),
+        (501, 502, "groq_error", "false"),
+        (503, 502, "groq_error", None),
+    ],
+)
+def test_vendor_error_mapping(
+    vendor_app: AppServer, fake_model: FakeModel, status: int, answered: int, code: str, should_retry: str | None
+) -> None:
+    """The caller's mistakes keep the vendor's status; the rest is a 502, marked when a retry cannot help."""
     fake_model.script(error(status))
     response = _post(vendor_app, GROQ_PATH, {"model": "llama-3.1-8b-instant", "messages": [USER]})
-    assert response.status_code == 502
+    assert response.status_code == answered
+    assert response.headers.get("x-should-retry") == should_retry
     error_body = _error(response)
-    assert (error_body["code"], error_body["status"]) == ("groq_error", status)
+    assert (error_body["code"], error_body["status"], error_body["vendor"]) == (code, status, "groq")
     assert error_body["body"] == {"error": {"message": f"fake error {status}", "type": "fake_error"}}
+    assert error_body["type"] == "fake_error"  # what the openai SDK reads as `error.type`
     assert len(fake_model.requests) == 1  # one attempt: the caller owns retries
 
 
-def test_vendor_429_reports_retry_after(vendor_app: AppServer, fake_model: FakeModel) -> None:
-    fake_model.script(error(429, retry_after=7))
-    error_body = _error(_post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]}))
-    assert (error_body["status"], error_body["retry_after_s"]) == (429, 7)
+def test_a_refused_request_carries_the_vendors_own_error(vendor_app: AppServer, fake_model: FakeModel) -> None:
+    vendor_error = {"message": "This model's maximum context length is 128000 tokens.", "type": "invalid_request_error"}
+    vendor_error |= {"param": "messages", "code": "context_length_exceeded"}
+    fake_model.script(error(400, body={"error": vendor_error}))
+    response = _post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]})
+    assert response.status_code == 400
+    error_body = _error(response)
+    assert {key: error_body[key] for key in vendor_error} == vendor_error
+
+
+@pytest.mark.parametrize(("retry_after", "sent"), [("7", "7"), ("2.5", "3"), (None, "1"), ("soon", "1")])
+def test_vendor_429_is_a_429_with_retry_after(
+    vendor_app: AppServer, fake_model: FakeModel, retry_after: str | None, sent: str
+) -> None:
+    fake_model.script(error(429, retry_after=retry_after))
+    response = _post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]})
+    assert response.status_code == 429
+    assert response.headers["Retry-After"] == sent
+    error_body = _error(response)
+    assert (error_body["code"], error_body["status"], error_body["retry_after_s"]) == (
+        "openai_rate_limited",
+        429,
+        int(sent),
+    )
 
 
 def test_non_json_error_body_is_cut_and_redacted(vendor_app: AppServer, fake_model: FakeModel) -> None:

@@ -1,7 +1,7 @@
 """The exception hierarchy of the task app, free of HTTP machinery.
 
-    TaskAppError                      status, code, message, details
-    ├── BadRequest           400      a request this app does not serve (e.g. streaming)
+    TaskAppError                      status, code, message, details, headers
+    ├── BadRequest           400      a request this app does not serve
     ├── InvalidRequest       422      a client mistake in the body or query
     │   └── UnknownName      422      env_name / policy_name we do not serve
     ├── Unauthorized         401
@@ -9,6 +9,8 @@
     ├── NotFound             404
     ├── Conflict             409      run_id already running
     ├── CapacityExceeded     429      too many rollouts in flight (carries Retry-After)
+    ├── UpstreamRefused      4xx      a vendor refused the caller's request (400/404/422): its status
+    ├── UpstreamRateLimited  429      a vendor's rate limit (carries Retry-After)
     ├── UpstreamError        502      a model server / vendor answered badly
     └── UpstreamTimeout      504
 
@@ -17,6 +19,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -24,11 +27,14 @@ class TaskAppError(Exception):
     status: int = 500
     code: str = "internal_error"
 
-    def __init__(self, message: str, *, code: str | None = None, **details: Any) -> None:
+    def __init__(
+        self, message: str, *, code: str | None = None, headers: Mapping[str, str] | None = None, **details: Any
+    ) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
+        self.headers = dict(headers or {})  # sent with the error (Retry-After, x-should-retry)
         self.details = details
 
 
@@ -73,10 +79,26 @@ class CapacityExceeded(TaskAppError):
     def __init__(self, active: int, limit: int, retry_after_s: int = 1) -> None:
         super().__init__(
             f"{active} rollouts are in flight, the limit is {limit}; retry later",
+            headers={"Retry-After": str(retry_after_s)},
             active=active,
             limit=limit,
         )
-        self.retry_after_s = retry_after_s
+
+
+class UpstreamRefused(TaskAppError):
+    """The vendor refused the request as the caller sent it: answered with the vendor's own status,
+    which the error body also carries (`status`)."""
+
+    code = "upstream_refused"
+
+    def __init__(self, message: str, *, status: int, **kwargs: Any) -> None:
+        super().__init__(message, status=status, **kwargs)
+        self.status = status
+
+
+class UpstreamRateLimited(TaskAppError):
+    status = 429
+    code = "upstream_rate_limited"
 
 
 class UpstreamError(TaskAppError):

@@ -253,7 +253,7 @@ class _Retryable(Exception):
         self.code, self.status, self.retry_after = code, status, retry_after
 
 
-def _retry_after(value: str | None) -> float | None:
+def retry_after_seconds(value: str | None) -> float | None:
     """Seconds from a Retry-After header (delta-seconds or HTTP-date)."""
     if not value:
         return None
@@ -417,7 +417,7 @@ class InferenceClient:
     def _status_error(status: int, raw: bytes, retry_after: str | None) -> Exception:
         hint = _error_hint(raw)
         if status == _HTTP_TOO_MANY_REQUESTS:
-            return _Retryable(f"HTTP 429{hint}", "inference_rate_limited", status, _retry_after(retry_after))
+            return _Retryable(f"HTTP 429{hint}", "inference_rate_limited", status, retry_after_seconds(retry_after))
         if status >= _HTTP_SERVER_ERROR:
-            return _Retryable(f"HTTP {status}{hint}", "inference_unavailable", status, _retry_after(retry_after))
+            return _Retryable(f"HTTP {status}{hint}", "inference_unavailable", status, retry_after_seconds(retry_after))
         return PolicyError(f"the model server answered HTTP {status}{hint}", code="inference_http_error", status=status)
