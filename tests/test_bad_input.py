@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -72,12 +73,14 @@ def nested(depth: int, kind: str = "array") -> bytes:
 
 
 def expect(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    """The contract's error body with exactly this status and code."""
+    """The contract's error body with exactly this status and code, in JSON's words: no Python `None`
+    (a message built from a missing value once said "unknown env_name None")."""
     assert response.status_code == status, response.text
     assert response.headers["content-type"].startswith("application/json")
     parsed = ErrorResponse.model_validate(response.json())
     assert parsed.error.code == code, response.text
     assert parsed.detail == parsed.error.message and parsed.error.message
+    assert not re.search(r"\bNone\b", response.text), response.text
     return response.json()
 
 
@@ -238,6 +241,9 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("blank-env-name", body(env={"env_name": "   "}), "unknown_env"),
     ("unknown-policy-id", body(policy={"policy_name": None, "policy_id": "gpt-director"}), "unknown_policy"),
     ("no-policy-name", body(policy={"policy_name": None}), "unknown_policy"),
+    ("no-env-name", body(env={"env_name": None}), "unknown_env"),
+    ("blank-policy-name", body(policy={"policy_name": " "}), "unknown_policy"),
+    ("op-object-with-null-type", body(ops=[{"type": None}]), "invalid_op"),
     # inference URLs
     ("javascript-url", react(inference_url="javascript:alert(1)"), "invalid_inference_url"),
     ("file-url", react(inference_url="file:///etc/passwd"), "invalid_inference_url"),

@@ -10,7 +10,7 @@ from helpers import make_plan, request_body
 from task_app.core.contracts import RolloutRequest
 from task_app.core.errors import InvalidRequest, TaskAppError, UnknownName
 from task_app.core.settings import MAX_SEED, Settings
-from task_app.rollout.plan import build_plan, seed_from_run_id
+from task_app.rollout.plan import POLICY_NAMES, build_plan, seed_from_run_id
 
 REACT = {"policy_name": "crafter-react", "config": {"model": "m", "inference_url": "http://127.0.0.1:9/v1"}}
 
@@ -197,11 +197,19 @@ def test_seed_at_the_bounds() -> None:
     assert make_plan(env={"seed": MAX_SEED}).seed == MAX_SEED
 
 
-@pytest.mark.parametrize("env", [{"env_name": "minecraft"}, {"env_name": None}, {"env_name": ""}])
-def test_unknown_env(env: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("env", "problem"),
+    [
+        ({"env_name": "Minecraft"}, "unknown env_name 'Minecraft'"),
+        ({"env_name": None}, "env.env_name (or env.env_id) is missing"),
+        ({"env_name": ""}, "env.env_name (or env.env_id) is missing"),
+    ],
+)
+def test_unknown_env(env: dict[str, Any], problem: str) -> None:
     with pytest.raises(UnknownName) as caught:
         make_plan(env=env)
     assert caught.value.code == "unknown_env" and caught.value.status == 422
+    assert caught.value.message == f"{problem}; this app serves 'crafter'"
 
 
 def test_env_by_id_and_any_case() -> None:
@@ -209,11 +217,24 @@ def test_env_by_id_and_any_case() -> None:
     assert make_plan(env={"env_name": " Crafter "}).env_name == "crafter"
 
 
-@pytest.mark.parametrize("name", ["crafter-gpt", None, "scripted"])
-def test_unknown_policy(name: str | None) -> None:
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("crafter-gpt", "unknown policy_name 'crafter-gpt'"),
+        (None, "policy.policy_name (or policy.policy_id) is missing"),
+        ("  ", "policy.policy_name (or policy.policy_id) is missing"),
+        ("scripted", "unknown policy_name 'scripted'"),
+    ],
+)
+def test_unknown_policy_lists_every_accepted_name(name: str | None, problem: str) -> None:
     with pytest.raises(UnknownName) as caught:
         make_plan(policy={"policy_name": name})
     assert caught.value.code == "unknown_policy" and caught.value.status == 422
+    message = caught.value.message
+    assert message.startswith(problem + "; use ")
+    assert all(f"'{accepted}'" in message for accepted in POLICY_NAMES)
+    assert "'math'" in message  # the seed's math* names are remapped (TASKAPP_MATH_ALIAS_ENABLED)
+    assert "'math'" not in _error(Settings(math_alias_enabled=False), policy={"policy_name": name}).message
 
 
 @pytest.mark.parametrize(

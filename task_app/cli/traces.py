@@ -182,7 +182,7 @@ async def _reading(path: Path) -> AsyncIterator[TraceStore]:
     await store.start()
     try:
         if not store.running:
-            raise _CliError(f"cannot open {path}: {store.health()['last_error']}")
+            raise _CliError(f"cannot open {path}: {store.health()['last_error'] or 'the store did not start'}")
         try:
             yield store
         except sqlite3.Error as exc:

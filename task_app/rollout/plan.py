@@ -208,17 +208,31 @@ def seed_from_run_id(run_id: str, max_seed: int) -> int:
     return int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:8], "big") % (max_seed + 1)
 
 
-def _names(request: RolloutRequest) -> tuple[str, str]:
-    env_name = (request.env.env_name or request.env.env_id or "").strip().lower()
+def _accepted_policy_names(math_alias: bool) -> str:
+    """Every policy name this app accepts, aliases included, for messages."""
+    accepted = []
+    for policy in dict.fromkeys(POLICY_NAMES.values()):
+        aliases = ", ".join(f"'{name}'" for name, target in POLICY_NAMES.items() if target == policy and name != policy)
+        accepted.append(f"'{policy}'" + (f" (or {aliases})" if aliases else ""))
+    text = " or ".join(accepted) + ", in any case"
+    return text + ("; names starting with 'math' are remapped to 'crafter-react'" if math_alias else "")
+
+
+def _names(request: RolloutRequest, math_alias: bool) -> tuple[str, str]:
+    given_env = request.env.env_name or request.env.env_id or ""
+    env_name = given_env.strip().lower()
     if env_name not in ENV_NAMES:
-        raise UnknownName(f"unknown env_name {env_name or None!r}; this app serves 'crafter'", code="unknown_env")
-    raw_policy = (request.policy.policy_name or request.policy.policy_id or "").strip().lower()
-    policy_name = POLICY_NAMES.get(raw_policy)
+        problem = f"unknown env_name {quoted(given_env)}" if env_name else "env.env_name (or env.env_id) is missing"
+        raise UnknownName(f"{problem}; this app serves 'crafter'", code="unknown_env")
+    given_policy = request.policy.policy_name or request.policy.policy_id or ""
+    policy_name = POLICY_NAMES.get(given_policy.strip().lower())
     if policy_name is None:
-        raise UnknownName(
-            f"unknown policy_name {raw_policy or None!r}; use one of {sorted(set(POLICY_NAMES.values()))}",
-            code="unknown_policy",
+        problem = (
+            f"unknown policy_name {quoted(given_policy)}"
+            if given_policy.strip()
+            else "policy.policy_name (or policy.policy_id) is missing"
         )
+        raise UnknownName(f"{problem}; use {_accepted_policy_names(math_alias)}", code="unknown_policy")
     return env_name, policy_name
 
 
@@ -250,7 +264,7 @@ def build_plan(request: RolloutRequest, settings: Settings) -> RolloutPlan:
     alias_applied = False
     if settings.math_alias_enabled:
         request, alias_applied = apply_math_alias(request)
-    env_name, policy_name = _names(request)
+    env_name, policy_name = _names(request, settings.math_alias_enabled)
     try:
         policy = PolicyConfig.model_validate(request.policy.config)
     except ValidationError as exc:
