@@ -15,26 +15,14 @@ from typing import Any
 
 import openai
 import pytest
-from conftest import TEST_KEY, AppServer, assert_no_key_material, wait_until
+from conftest import GROQ_KEY, OPENAI_KEY, TEST_KEY, AppServer, assert_no_key_material, wait_until
 from fake_model import FakeModel, chunk, error, sse, text, tool_call
 
-OPENAI_KEY = "sk-proj-Vw9QeRtYuPzXcMnB"
-GROQ_KEY = "gsk_Lk8JhGfDsAzXwQeRt"
 SECRETS = (TEST_KEY, OPENAI_KEY, GROQ_KEY)
 MESSAGES: Any = [{"role": "user", "content": "What next?"}]
 TOOLS: Any = [{"type": "function", "function": {"name": "interact_many", "parameters": {"type": "object"}}}]
 WORDS = ["I ", "see ", "a ", "tree", "."]
 STATUS_CODES = {400: "openai_bad_request", 404: "openai_not_found", 422: "openai_unprocessable"}
-
-
-@pytest.fixture
-def vendor_app(make_app_server: Callable[..., AppServer], fake_model: FakeModel) -> AppServer:
-    return make_app_server(
-        openai_base_url=fake_model.url("/v1"),
-        groq_base_url=fake_model.url("/openai/v1"),
-        openai_api_key=OPENAI_KEY,
-        groq_api_key=GROQ_KEY,
-    )
 
 
 def sdk_client(server: AppServer, path: str = "/proxy/v1", key: str = TEST_KEY, **options: Any) -> openai.OpenAI:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import TEST_KEY, AppServer, assert_no_key_material
+from conftest import GROQ_KEY, OPENAI_KEY, TEST_KEY, AppServer, assert_no_key_material
 from fake_model import FakeModel, drop, error, hang, raw, text, tool_call
 
 from task_app.policy.inference import chat_params
@@ -27,8 +27,6 @@ from task_app.policy.vendors import (
 )
 from task_app.web.routes.proxy import SYNTHESISED_HEADER
 
-OPENAI_KEY = "sk-proj-Vw9QeRtYuPzXcMnB"
-GROQ_KEY = "gsk_Lk8JhGfDsAzXwQeRt"
 ALL_SECRETS = (TEST_KEY, OPENAI_KEY, GROQ_KEY)
 OPENAI_PATH = "/proxy/v1/chat/completions"
 GROQ_PATH = "/proxy/groq/v1/chat/completions"
@@ -39,17 +37,6 @@ USER = {"role": "user", "content": "What next?"}
 
 
 # --- helpers ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def vendor_app(make_app_server: Callable[..., AppServer], fake_model: FakeModel) -> AppServer:
-    """A task app whose OpenAI and Groq base URLs point at the fake vendor, both keys configured."""
-    return make_app_server(
-        openai_base_url=fake_model.url("/v1"),
-        groq_base_url=fake_model.url("/openai/v1"),
-        openai_api_key=OPENAI_KEY,
-        groq_api_key=GROQ_KEY,
-    )
 
 
 def _post(server: AppServer, path: str, body: Any, **client_options: Any) -> Any:

@@ -12,7 +12,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,11 +105,9 @@ async def test_sample_requests_through_synth_ais_models(
 
 
 @pytest.mark.anyio
-async def test_scripted_and_provider_rollouts_validate(
-    make_app_server: Callable[..., AppServer], fake_model: FakeModel
-) -> None:
+async def test_scripted_and_provider_rollouts_validate(vendor_app: AppServer, fake_model: FakeModel) -> None:
     """synth-ai's RolloutTrajectory requires a string inference_url, whichever policy ran."""
-    server = make_app_server(openai_base_url=fake_model.url("/v1"), openai_api_key="sk-test-Vw9QeRtYuPzXcMnB")
+    server = vendor_app
     scripted = await _rollout(server, _request("", mode=RolloutMode.EVAL, policy="crafter-scripted"))
     assert scripted.trajectories[0].inference_url == ""
     assert all("inference_url" not in (step.info or {})["meta"] for step in scripted.trajectories[0].steps)
