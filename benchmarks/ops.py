@@ -4,7 +4,7 @@
     long      the same with ops = ["agent", "env"] * 50000 (the seed's safety.max_ops; a trainer relies on
               the truncation to 2 x max_llm_calls), as aiohttp and requests write it (~0.8 MB)
     objects   ops = [{"type": "agent"}, {"type": "env"}] * 50000 (~1.8 MB; the app runs with a 4 MiB limit)
-    plan      in this process: orjson.loads + RolloutRequest validation + build_plan of the long body
+    in-process  the long body's orjson.loads, RolloutRequest validation and build_plan (the ops check), apart
 
 The three HTTP cases run against one server, alternated request by request; a case's figure is the
 server's CPU per request (its own counters, every thread) over a repetition's requests, and the
@@ -54,15 +54,23 @@ async def _cpu_per_request(app: Served, model_url: str, requests: int) -> dict[s
     return {name: total / requests * 1000 for name, total in spent.items()}
 
 
-def _plan_ms(rounds: int) -> float:
+def _in_process_ms(rounds: int) -> tuple[float, float, float]:
+    """Medians of the three steps a long body takes before any world is built: parse, validate, plan."""
     raw = json.dumps({**rollout_body("http://127.0.0.1:9", 1, 1), "ops": CASES["long"]}).encode()
     settings = Settings(warm_up=False)
-    times = []
+    parse, validate, plan = [], [], []
     for _ in range(rounds):
         started = time.perf_counter()
-        build_plan(RolloutRequest.model_validate(orjson.loads(raw)), settings)
-        times.append(time.perf_counter() - started)
-    return median_of(times) * 1000
+        data = orjson.loads(raw)
+        parsed = time.perf_counter()
+        request = RolloutRequest.model_validate(data)
+        validated = time.perf_counter()
+        build_plan(request, settings)
+        planned = time.perf_counter()
+        parse.append(parsed - started)
+        validate.append(validated - parsed)
+        plan.append(planned - validated)
+    return median_of(parse) * 1000, median_of(validate) * 1000, median_of(plan) * 1000
 
 
 def run(repetitions: int, quick: bool) -> list[Figure]:
@@ -72,7 +80,10 @@ def run(repetitions: int, quick: bool) -> list[Figure]:
         for name in CASES
     }
     extra = Figure(BENCH, "long_extra_cpu_ms", "extra server CPU of 100000 string ops", "ms", digits=2)
-    plan = Figure(BENCH, "long_plan_ms", "parse + validate + plan of 100000 string ops, in-process", "ms", digits=2)
+    steps = [
+        Figure(BENCH, f"long_{step}_ms", f"100000 string ops, in-process: {what}", "ms", digits=2)
+        for step, what in (("parse", "orjson.loads"), ("validate", "RolloutRequest"), ("plan", "build_plan"))
+    ]
     sizes: dict[str, Any] = {
         name: len(json.dumps({**rollout_body("http://127.0.0.1:9", 1, 1), "ops": ops})) for name, ops in CASES.items()
     }
@@ -83,7 +94,8 @@ def run(repetitions: int, quick: bool) -> list[Figure]:
             for name, value in per_request.items():
                 figures[name].values.append(value)
             extra.values.append(per_request["long"] - per_request["short"])
-            plan.values.append(_plan_ms(requests))
+            for figure, value in zip(steps, _in_process_ms(requests), strict=True):
+                figure.values.append(value)
     for name, figure in figures.items():
         figure.label += f" ({sizes[name] / 1e6:.2f} MB body)"
-    return [*figures.values(), extra, plan]
+    return [*figures.values(), extra, *steps]

@@ -1,7 +1,6 @@
 """The exception hierarchy of the task app, free of HTTP machinery.
 
     TaskAppError                      status, code, message, details, headers
-    ├── BadRequest           400      a request this app does not serve
     ├── InvalidRequest       422      a client mistake in the body or query
     │   └── UnknownName      422      env_name / policy_name we do not serve
     ├── Unauthorized         401
@@ -36,11 +35,6 @@ class TaskAppError(Exception):
             self.code = code
         self.headers = dict(headers or {})  # sent with the error (Retry-After, x-should-retry)
         self.details = details
-
-
-class BadRequest(TaskAppError):
-    status = 400
-    code = "bad_request"
 
 
 class InvalidRequest(TaskAppError):
