@@ -25,6 +25,7 @@ import pytest
 from conftest import SECRETS, AppServer, assert_no_key_material, open_rollout, wait_until
 from fake_model import HANG_LIMIT_S, Behaviour, Exchange, FakeModel, hang, tool_call
 from helpers import request_body
+from synth_ai.task.contracts import RolloutResponse as SynthAIRolloutResponse
 
 from task_app.core.contracts import ErrorResponse, RolloutResponse
 
@@ -103,6 +104,7 @@ def rollout_ok(response: httpx.Response) -> dict[str, Any]:
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     RolloutResponse.model_validate(body)
+    SynthAIRolloutResponse.model_validate(body)  # as synth-ai 0.2.x trainers read it
     return body
 
 
