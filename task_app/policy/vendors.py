@@ -10,7 +10,7 @@
                                                          call, when offers_tool_call(request) says it may)
     vendor error  ─► sanitised_error_body(raw, secrets) (short, key-free: vendors echo pieces of the key they got)
 
-The proxy routes (`task_app/routes/proxy.py`) use all four; a `policy.config.provider` rollout uses
+The proxy routes (`task_app/web/routes/proxy.py`) use all five; a `policy.config.provider` rollout uses
 `chat_params` directly, so both paths send a vendor the same token and sampling parameters.
 """
 
