@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import browser
@@ -27,6 +27,9 @@ from task_app.game import WorldFactory
 from task_app.web.local_server import serve_in_thread
 from task_app.web.server import create_app
 from task_app.web.state import AppState
+
+if TYPE_CHECKING:  # imported by pytest as a plugin (below); importing it here would skip its assert rewriting
+    from fake_model import FakeModel
 
 _OWN_VARIABLES = (
     "ENVIRONMENT_API_KEY",
@@ -257,6 +260,23 @@ def make_app_server(tmp_path: Path) -> Iterator[Callable[..., AppServer]]:
             return start_app_server(stack, directory, **overrides)
 
         yield start
+
+
+# --- the vendor proxies: a task app whose OpenAI and Groq base URLs point at the fake model ----------
+
+OPENAI_KEY = "sk-proj-Vw9QeRtYuPzXcMnB"
+GROQ_KEY = "gsk_Lk8JhGfDsAzXwQeRt"
+
+
+@pytest.fixture
+def vendor_app(make_app_server: Callable[..., AppServer], fake_model: FakeModel) -> AppServer:
+    """A task app whose OpenAI and Groq base URLs point at the fake vendor, both keys configured."""
+    return make_app_server(
+        openai_base_url=fake_model.url("/v1"),
+        groq_base_url=fake_model.url("/openai/v1"),
+        openai_api_key=OPENAI_KEY,
+        groq_api_key=GROQ_KEY,
+    )
 
 
 # --- the whole suite's logs ------------------------------------------------------------------------

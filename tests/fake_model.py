@@ -8,8 +8,9 @@
 Each request takes the next scripted behaviour; when the script is empty, `model.default` answers
 (a `noop` tool call unless changed), or `model.responder(record)` if set. Behaviours: `tool_call`,
 `text`, `chat` (any assistant message), `json_body`, `raw` (e.g. malformed JSON), `error` (any
-status, optional Retry-After), `delay(seconds, then)`, `hang()`, `huge(n_bytes)` (streamed) and
-`drop()` (close the connection without answering).
+status, optional Retry-After), `delay(seconds, then)`, `hang()`, `huge(n_bytes)` (streamed),
+`drop()` (close the connection without answering) and `sse(events)` (a `stream: true` answer:
+server-sent `chat.completion.chunk` events, see `chunk`).
 
 Token modes (`model.tokens = "vllm" | "sglang" | "openai"`): answers of `chat`, `tool_call` and `text`
 carry token data as that server documents it, for what the request asked (`logprobs`, `top_logprobs`,
@@ -233,10 +234,12 @@ def raw(
     return respond
 
 
-def error(status: int, *, retry_after: str | float | None = None, body: Any = None) -> Behaviour:
-    headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+def error(
+    status: int, *, retry_after: str | float | None = None, body: Any = None, headers: dict[str, str] | None = None
+) -> Behaviour:
+    sent = {**(headers or {}), **({"Retry-After": str(retry_after)} if retry_after is not None else {})}
     payload = body if body is not None else {"error": {"message": f"fake error {status}", "type": "fake_error"}}
-    return json_body(payload, status=status, headers=headers)
+    return json_body(payload, status=status, headers=sent or None)
 
 
 def delay(seconds: float, then: Behaviour | None = None) -> Behaviour:
@@ -313,6 +316,61 @@ def huge(
             else:
                 await ex.send({"type": "http.response.body", "body": b"", "more_body": False})
             ex.stats["huge_bytes_sent"] = sent
+            tasks.cancel_scope.cancel()
+
+    return respond
+
+
+def chunk(content: str | None = None, *, finish_reason: str | None = None, model: str = "fake-model") -> dict[str, Any]:
+    """One `chat.completion.chunk` of a streamed answer (the role comes with the first content)."""
+    delta = {"role": "assistant", "content": content} if content is not None else {}
+    return {
+        "id": "chatcmpl-fake-stream",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}],
+    }
+
+
+def sse(events: list[Any], *, interval_s: float = 0.0, done: bool = True, then_hang: bool = False) -> Behaviour:
+    """A streamed answer: each event as `data: <json>` (bytes sent as they are), then `data: [DONE]`.
+
+    `then_hang` keeps the connection open, silent, after the events. Sending stops when the client
+    disconnects: `stats["sse_events_sent"]` counts what went out, `stats["sse_client_gone"]` is 1
+    once the client went away (a proxy that drops its client must close this connection too).
+    """
+
+    async def respond(ex: Exchange) -> None:
+        headers = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+        gone = anyio.Event()
+
+        async def watch() -> None:
+            while (await ex.receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+            ex.stats["sse_client_gone"] = 1
+
+        frames = [
+            event if isinstance(event, bytes) else b"data: " + json.dumps(event).encode() + b"\n\n" for event in events
+        ]
+        if done:
+            frames.append(b"data: [DONE]\n\n")
+        ex.stats["sse_events_sent"] = 0
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(watch)
+            await ex.send({"type": "http.response.start", "status": 200, "headers": headers})
+            for frame in frames:
+                if gone.is_set() or ex.stopping.is_set():
+                    break
+                await ex.send({"type": "http.response.body", "body": frame, "more_body": True})
+                ex.stats["sse_events_sent"] += 1
+                await anyio.sleep(interval_s)  # also lets `watch` notice a disconnect
+            if then_hang:
+                with anyio.move_on_after(HANG_LIMIT_S):  # the server's shutdown cancels it sooner
+                    await gone.wait()
+            if not gone.is_set():
+                await ex.send({"type": "http.response.body", "body": b"", "more_body": False})
             tasks.cancel_scope.cancel()
 
     return respond

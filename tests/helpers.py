@@ -290,8 +290,10 @@ def request_body(*, decisions: int | None = None, inference_url: str | None = No
 
 def error_body(response: httpx.Response, status: int, code: str | None = None) -> dict[str, Any]:
     """The one error-body check: exactly `status`, JSON, `{"error": {"code", "message", ...}, "detail":
-    message}` with a message (and `code`, when given). Returns the body."""
+    message}` with a message (and `code`, when given), in JSON's words: no Python `None` (a message
+    built from a missing value once said "unknown env_name None"). Returns the body."""
     assert response.status_code == status, response.text
+    assert not re.search(r"\bNone\b", response.text), response.text
     assert response.headers["content-type"].startswith("application/json"), response.headers
     body: dict[str, Any] = response.json()
     parsed = ErrorResponse.model_validate(body)

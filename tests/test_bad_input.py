@@ -160,8 +160,9 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("policy-list", request_body(decisions=1, policy=["crafter-scripted"]), "invalid_request"),
     ("ops-string", request_body(decisions=1, ops="agent,env"), "invalid_request"),
     ("ops-object", request_body(decisions=1, ops={"0": "agent"}), "invalid_request"),
-    ("op-int", request_body(decisions=1, ops=[1, 2]), "invalid_request"),
-    ("op-null", request_body(decisions=1, ops=[None]), "invalid_request"),
+    ("op-int", request_body(decisions=1, ops=[1, 2]), "invalid_op"),
+    ("op-null", request_body(decisions=1, ops=[None]), "invalid_op"),
+    ("op-list", request_body(decisions=1, ops=[["agent"]]), "invalid_op"),
     ("record-string", request_body(decisions=1, record="all"), "invalid_request"),
     ("trace-format-unknown", request_body(decisions=1, record={"trace_format": "xml"}), "invalid_request"),
     ("on-done-unknown", request_body(decisions=1, on_done="explode"), "invalid_request"),
@@ -189,7 +190,9 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("unknown-op-object", request_body(decisions=1, ops=[{"type": "jump"}]), "invalid_op"),
     ("op-object-without-type", request_body(decisions=1, ops=[{}]), "invalid_op"),
     ("unknown-op-after-valid-ones", request_body(decisions=1, ops=["agent", "env"] * 50 + ["fly"]), "invalid_op"),
-    ("ops-over-the-cap", request_body(decisions=1, ops=["agent", "env"] * 10_000 + ["agent"]), "too_many_ops"),
+    ("op-type-not-a-string", request_body(decisions=1, ops=[{"type": 1}]), "invalid_op"),
+    ("op-object-with-null-type", request_body(decisions=1, ops=[{"type": None}]), "invalid_op"),
+    ("bad-op-after-50000-good-ones", request_body(decisions=1, ops=["agent", "env"] * 25_000 + [{}]), "invalid_op"),
     # max_steps_per_episode
     (
         "max-steps-zero",
@@ -247,6 +250,7 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
     ("seed-list", request_body(decisions=1, env={"seed": [1]}), "invalid_request"),
     # names
     ("unknown-env-id", request_body(decisions=1, env={"env_name": None, "env_id": "minecraft"}), "unknown_env"),
+    ("no-env-name", request_body(decisions=1, env={"env_name": None}), "unknown_env"),
     ("blank-env-name", request_body(decisions=1, env={"env_name": "   "}), "unknown_env"),
     (
         "unknown-policy-id",
@@ -254,6 +258,7 @@ INVALID: list[tuple[str, dict[str, Any], str]] = [
         "unknown_policy",
     ),
     ("no-policy-name", request_body(decisions=1, policy={"policy_name": None}), "unknown_policy"),
+    ("blank-policy-name", request_body(decisions=1, policy={"policy_name": " "}), "unknown_policy"),
     # inference URLs
     ("javascript-url", request_body(inference_url="javascript:alert(1)"), "invalid_inference_url"),
     ("file-url", request_body(inference_url="file:///etc/passwd"), "invalid_inference_url"),

@@ -23,6 +23,7 @@ import pytest
 from conftest import SECRETS, AppServer, assert_no_key_material, open_rollout, wait_until
 from fake_model import HANG_LIMIT_S, Behaviour, Exchange, FakeModel, hang, tool_call
 from helpers import SAMPLES, error_body, new_run_id, request_body
+from synth_ai.task.contracts import RolloutResponse as SynthAIRolloutResponse
 
 from task_app.core.contracts import RolloutResponse
 
@@ -65,6 +66,7 @@ def rollout_ok(response: httpx.Response) -> dict[str, Any]:
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     RolloutResponse.model_validate(body)
+    SynthAIRolloutResponse.model_validate(body)  # as synth-ai 0.2.x trainers read it
     return body
 
 
@@ -335,6 +337,19 @@ def test_a_two_megabyte_body_is_413(client: httpx.Client) -> None:
     error_body(response, 413)
     assert client.get("/health").status_code == 200
     rollout_ok(client.post("/rollout", json=request_body(decisions=1)))
+
+
+def test_the_seeds_longest_ops_list_fits_the_default_body_limit(client: httpx.Client) -> None:
+    """`["agent", "env"] * 50000` (the seed's safety.max_ops) as requests and aiohttp write it: accepted and
+    truncated to 2 x max_llm_calls. Pretty-printed it exceeds 1 MiB: a 413 naming the limit and setting."""
+    request = request_body(decisions=1, ops=["agent", "env"] * 50_000, policy={"config": {"max_llm_calls": 4}})
+    content = json.dumps(request).encode()
+    assert 700_000 < len(content) < 1_048_576
+    body = rollout_ok(client.post("/rollout", content=content, headers={"Content-Type": "application/json"}))
+    assert (body["ops_executed"], body["metrics"]["details"]["ops_dropped"]) == (8, 99_992)
+    pretty = json.dumps({**request, "run_id": new_run_id("pretty")}, indent=2).encode()
+    error = error_body(client.post("/rollout", content=pretty, headers={"Content-Type": "application/json"}), 413)
+    assert "1048576 bytes" in error["error"]["message"] and "TASKAPP_MAX_BODY_BYTES" in error["error"]["message"]
 
 
 # --- idempotency, the cap, status and abort -------------------------------------------------------

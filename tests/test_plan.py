@@ -10,7 +10,7 @@ from helpers import make_plan, request_body
 from task_app.core.contracts import RolloutRequest
 from task_app.core.errors import InvalidRequest, TaskAppError, UnknownName
 from task_app.core.settings import MAX_SEED, Settings
-from task_app.rollout.plan import build_plan, seed_from_run_id
+from task_app.rollout.plan import POLICY_NAMES, build_plan, seed_from_run_id
 
 REACT = {"policy_name": "crafter-react", "config": {"model": "m", "inference_url": "http://127.0.0.1:9/v1"}}
 
@@ -98,20 +98,41 @@ def test_dict_ops_use_type_or_op() -> None:
     assert make_plan(ops=ops).ops == ("agent", "env", "agent", "env")
 
 
-@pytest.mark.parametrize("ops", [["agent", "jump"], ["agent", {"kind": "env"}], [{"type": "reset"}]])
-def test_invalid_op(ops: list[Any]) -> None:
+@pytest.mark.parametrize(
+    ("ops", "index", "problem"),
+    [
+        (["agent", "jump"], 1, "unknown op 'jump'"),
+        (["agent", {"kind": "env"}], 1, "an op object needs a string 'type' (or 'op')"),
+        ([{"type": "reset"}], 0, "unknown op 'reset'"),
+        ([{"type": 5}], 0, "an op object needs a string 'type' (or 'op')"),
+        (["env", None], 1, "an op is a string or an object, not null"),
+        (["agent", "env", 1, "fly"], 2, "an op is a string or an object, not a number"),
+        (["agent", {"type": "env"}, ["agent"]], 2, "an op is a string or an object, not an array"),
+        (["agent", "x" * 500], 1, "unknown op '" + "x" * 60 + "...'"),
+    ],
+)
+def test_invalid_op(ops: list[Any], index: int, problem: str) -> None:
+    """The first bad op, by index, in JSON's words (never Python's None), its text cut short."""
     error = _error(ops=ops)
     assert error.code == "invalid_op"
-    assert "ops[" in error.message
+    assert (
+        error.message == f"ops[{index}]: {problem}; use 'agent' or 'env' (aliases: policy, model / environment, step)"
+    )
+    assert error.details["index"] == index
 
 
 def test_empty_ops() -> None:
     assert _error(ops=[]).code == "empty_ops"
 
 
-def test_too_many_ops() -> None:
-    assert _error(Settings(max_ops_length=4), ops=["agent", "env"] * 3).code == "too_many_ops"
-    assert make_plan(Settings(max_ops_length=6), ops=["agent", "env"] * 3).ops == ("agent", "env") * 3
+@pytest.mark.parametrize("form", ["strings", "objects"])
+def test_a_list_of_any_length_is_accepted_and_truncated(form: str) -> None:
+    """The seed's trainers may send `["agent", "env"] * 50000` (safety.max_ops is 100000) and rely on the
+    truncation to 2 x max_llm_calls; ops beyond it are checked all the same."""
+    ops: list[Any] = ["agent", "env"] * 50_000 if form == "strings" else [{"type": "agent"}, {"op": "env"}] * 50_000
+    plan = make_plan(ops=ops, policy={"config": {"max_llm_calls": 10}})
+    assert (plan.ops, plan.ops_dropped, plan.max_ops) == (("agent", "env") * 10, 99_980, 100_000)
+    assert _error(ops=[*ops, "fly"]).message.startswith("ops[100000]: unknown op 'fly'")
 
 
 def test_ops_truncated_to_twice_the_decision_cap() -> None:
@@ -176,11 +197,19 @@ def test_seed_at_the_bounds() -> None:
     assert make_plan(env={"seed": MAX_SEED}).seed == MAX_SEED
 
 
-@pytest.mark.parametrize("env", [{"env_name": "minecraft"}, {"env_name": None}, {"env_name": ""}])
-def test_unknown_env(env: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    ("env", "problem"),
+    [
+        ({"env_name": "Minecraft"}, "unknown env_name 'Minecraft'"),
+        ({"env_name": None}, "env.env_name (or env.env_id) is missing"),
+        ({"env_name": ""}, "env.env_name (or env.env_id) is missing"),
+    ],
+)
+def test_unknown_env(env: dict[str, Any], problem: str) -> None:
     with pytest.raises(UnknownName) as caught:
         make_plan(env=env)
     assert caught.value.code == "unknown_env" and caught.value.status == 422
+    assert caught.value.message == f"{problem}; this app serves 'crafter'"
 
 
 def test_env_by_id_and_any_case() -> None:
@@ -188,14 +217,29 @@ def test_env_by_id_and_any_case() -> None:
     assert make_plan(env={"env_name": " Crafter "}).env_name == "crafter"
 
 
-@pytest.mark.parametrize("name", ["crafter-gpt", None, "scripted"])
-def test_unknown_policy(name: str | None) -> None:
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("crafter-gpt", "unknown policy_name 'crafter-gpt'"),
+        (None, "policy.policy_name (or policy.policy_id) is missing"),
+        ("  ", "policy.policy_name (or policy.policy_id) is missing"),
+        ("scripted", "unknown policy_name 'scripted'"),
+    ],
+)
+def test_unknown_policy_lists_every_accepted_name(name: str | None, problem: str) -> None:
     with pytest.raises(UnknownName) as caught:
         make_plan(policy={"policy_name": name})
     assert caught.value.code == "unknown_policy" and caught.value.status == 422
+    message = caught.value.message
+    assert message.startswith(problem + "; use ")
+    assert all(f"'{accepted}'" in message for accepted in POLICY_NAMES)
+    assert "'math'" in message  # the seed's math* names are remapped (TASKAPP_MATH_ALIAS_ENABLED)
+    assert "'math'" not in _error(Settings(math_alias_enabled=False), policy={"policy_name": name}).message
 
 
-@pytest.mark.parametrize(("name", "expected"), [("crafter", "crafter-react"), ("Crafter-React", "crafter-react")])
+@pytest.mark.parametrize(
+    ("name", "expected"), [("crafter", "crafter-react"), ("Crafter-React", "crafter-react"), ("react", "crafter-react")]
+)
 def test_policy_name_aliases(name: str, expected: str) -> None:
     assert make_plan(policy={**REACT, "policy_name": name}).policy_name == expected
 
@@ -211,14 +255,24 @@ def test_react_needs_a_model() -> None:
 def test_react_needs_an_inference_url_or_provider() -> None:
     assert _error(policy={"policy_name": "crafter-react", "config": {"model": "m"}}).code == "missing_inference_url"
     plan = make_plan(policy={"policy_name": "crafter-react", "config": {"model": "m", "provider": "groq"}})
-    assert plan.policy.provider == "groq" and plan.inference_url is None
+    assert plan.policy.provider == "groq"
+    assert plan.inference_url == "https://api.groq.com/openai/v1/chat/completions"  # the URL the policy calls
 
 
 def test_react_with_everything() -> None:
     plan = make_plan(policy=REACT)
     assert plan.policy_name == "crafter-react"
-    assert plan.inference_url == "http://127.0.0.1:9/v1"
+    assert plan.inference_url == "http://127.0.0.1:9/v1/chat/completions"
     assert plan.policy.model == "m"
+
+
+def test_inference_url_is_the_called_url_with_its_query() -> None:
+    """What the response reports (pipeline_metadata, each step's info.meta): the URL the policy calls."""
+    config = {"model": "m", "inference_url": "http://127.0.0.1:9/v1?cid=trace_abc"}
+    plan = make_plan(policy={"policy_name": "crafter-react", "config": config})
+    assert plan.inference_url == "http://127.0.0.1:9/v1/chat/completions?cid=trace_abc"
+    scripted = make_plan(policy={"policy_name": "crafter-scripted", "config": config})
+    assert scripted.inference_url is None  # the built-in policy calls no model, whatever the config says
 
 
 @pytest.mark.parametrize(
@@ -241,7 +295,7 @@ def test_bad_inference_url(url: str, policy_name: str) -> None:
 
 def test_inference_host_allow_list() -> None:
     settings = Settings(inference_allowed_hosts=["127.0.0.1"])
-    assert make_plan(settings, policy=REACT).inference_url == "http://127.0.0.1:9/v1"
+    assert make_plan(settings, policy=REACT).inference_url == "http://127.0.0.1:9/v1/chat/completions"
     policy = {"policy_name": "crafter-react", "config": {"model": "m", "inference_url": "https://elsewhere.example/v1"}}
     assert _error(settings, policy=policy).code == "inference_host_not_allowed"
 

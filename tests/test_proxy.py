@@ -12,9 +12,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import TEST_KEY, AppServer, assert_no_key_material
+from conftest import GROQ_KEY, OPENAI_KEY, TEST_KEY, AppServer, assert_no_key_material
 from fake_model import FakeModel, drop, error, hang, raw, text, tool_call
-from helpers import error_body, request_body
+from helpers import error_body
 
 from task_app.policy.inference import chat_params
 from task_app.policy.vendors import (
@@ -28,8 +28,6 @@ from task_app.policy.vendors import (
 )
 from task_app.web.routes.proxy import SYNTHESISED_HEADER
 
-OPENAI_KEY = "sk-proj-Vw9QeRtYuPzXcMnB"
-GROQ_KEY = "gsk_Lk8JhGfDsAzXwQeRt"
 ALL_SECRETS = (TEST_KEY, OPENAI_KEY, GROQ_KEY)
 OPENAI_PATH = "/proxy/v1/chat/completions"
 GROQ_PATH = "/proxy/groq/v1/chat/completions"
@@ -40,17 +38,6 @@ USER = {"role": "user", "content": "What next?"}
 
 
 # --- helpers ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def vendor_app(make_app_server: Callable[..., AppServer], fake_model: FakeModel) -> AppServer:
-    """A task app whose OpenAI and Groq base URLs point at the fake vendor, both keys configured."""
-    return make_app_server(
-        openai_base_url=fake_model.url("/v1"),
-        groq_base_url=fake_model.url("/openai/v1"),
-        openai_api_key=OPENAI_KEY,
-        groq_api_key=GROQ_KEY,
-    )
 
 
 def _post(server: AppServer, path: str, body: Any, **client_options: Any) -> Any:
@@ -84,16 +71,9 @@ def test_missing_vendor_key_is_503(
 ) -> None:
     server = make_app_server(openai_base_url=fake_model.url("/v1"), groq_base_url=fake_model.url("/openai/v1"))
     response = _post(server, path, {"model": "llama-3.3-70b-versatile", "messages": [USER]})
-    problem = error_body(response, 503)["error"]
-    assert problem["code"] == code
-    assert ("OPENAI_API_KEY" if "openai" in code else "GROQ_API_KEY") in problem["message"]
-    assert fake_model.requests == []
-
-
-@pytest.mark.parametrize("path", [OPENAI_PATH, GROQ_PATH])
-def test_streaming_is_refused_with_400(vendor_app: AppServer, fake_model: FakeModel, path: str) -> None:
-    response = _post(vendor_app, path, {"model": "gpt-4o-mini", "messages": [USER], "stream": True})
-    error_body(response, 400, "streaming_not_supported")
+    error = error_body(response, 503)["error"]
+    assert error["code"] == code
+    assert ("OPENAI_API_KEY" if "openai" in code else "GROQ_API_KEY") in error["message"]
     assert fake_model.requests == []
 
 
@@ -105,6 +85,7 @@ def test_streaming_is_refused_with_400(vendor_app: AppServer, fake_model: FakeMo
         ({"messages": [USER]}, 422, "missing_model"),
         ({"model": "gpt-4o-mini", "messages": [USER], "max_tokens": -5}, 422, "invalid_parameter"),
         ({"model": "gpt-4o-mini", "messages": [USER], "temperature": "hot"}, 422, "invalid_parameter"),
+        ({"model": "gpt-4o-mini", "messages": [USER], "stream": "yes"}, 422, "invalid_parameter"),
         ([1, 2, 3], 422, "invalid_request"),
     ],
 )
@@ -273,17 +254,44 @@ def test_hint_states_the_games_recipes() -> None:
 # --- the answer ------------------------------------------------------------------------------------
 
 
+TOOLS = [{"type": "function", "function": {"name": "interact_many", "parameters": {"type": "object"}}}]
+
+
 def test_text_answer_gets_a_synthesised_interact_many_call(vendor_app: AppServer, fake_model: FakeModel) -> None:
     fake_model.script(text("The tree is left of me.\nactions: move_left, do, bogus"))
-    response = _post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]})
+    response = _post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER], "tools": TOOLS})
     assert response.status_code == 200
     assert response.headers[SYNTHESISED_HEADER] == "interact_many"
-    message = response.json()["choices"][0]["message"]
+    choice = response.json()["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"  # as a vendor's own call says
+    message = choice["message"]
     assert message["content"].startswith("The tree")
     (call,) = message["tool_calls"]
     assert call["type"] == "function"
     assert call["function"]["name"] == "interact_many"
     assert json.loads(call["function"]["arguments"]) == {"actions": ["move_left", "do"]}
+
+
+@pytest.mark.parametrize(
+    "offered",
+    [
+        {},
+        {"tools": [{"type": "function", "function": {"name": "lookup", "parameters": {}}}]},
+        {"tools": TOOLS, "tool_choice": "none"},
+        {"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "other"}}},
+        {"tools": [{"type": "function", "function": "interact_many"}, "x"]},
+    ],
+    ids=["no-tools", "another-tool", "tool-choice-none", "tool-choice-another", "malformed-tools"],
+)
+def test_no_call_is_synthesised_for_a_request_that_did_not_offer_it(
+    vendor_app: AppServer, fake_model: FakeModel, offered: dict[str, Any]
+) -> None:
+    fake_model.script(text("actions: move_left, do"))
+    response = _post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER], **offered})
+    assert response.status_code == 200
+    assert SYNTHESISED_HEADER not in response.headers
+    choice = response.json()["choices"][0]
+    assert choice["finish_reason"] == "stop" and "tool_calls" not in choice["message"]
 
 
 def test_json_text_answer_and_untouched_answers(vendor_app: AppServer, fake_model: FakeModel) -> None:
@@ -292,7 +300,7 @@ def test_json_text_answer_and_untouched_answers(vendor_app: AppServer, fake_mode
         text("I am not sure yet."),
         tool_call("move_up"),
     )
-    body = {"model": "llama-3.3-70b-versatile", "messages": [USER]}
+    body = {"model": "llama-3.3-70b-versatile", "messages": [USER], "tools": TOOLS}
     synthesised, prose, called = (_post(vendor_app, GROQ_PATH, body) for _ in range(3))
     arguments = synthesised.json()["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
     assert json.loads(arguments) == {"actions": ["place_table", "make_wood_pickaxe"]}
@@ -312,7 +320,9 @@ def test_synthesis_ignores_odd_bodies() -> None:
 # --- vendor failures -------------------------------------------------------------------------------
 
 
-def test_vendor_4xx_is_502_with_status_and_a_sanitised_body(vendor_app: AppServer, fake_model: FakeModel) -> None:
+def test_vendor_refusing_our_key_is_502_with_status_and_a_sanitised_body(
+    vendor_app: AppServer, fake_model: FakeModel
+) -> None:
     masked = f"sk-proj-********{OPENAI_KEY[-4:]}"
     body = {
         "error": {
@@ -325,7 +335,9 @@ def test_vendor_4xx_is_502_with_status_and_a_sanitised_body(vendor_app: AppServe
     fake_model.script(error(401, body=body))
     response = _post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]})
     problem = error_body(response, 502)["error"]
-    assert problem["code"] == "openai_error"
+    assert response.headers["x-should-retry"] == "false"  # another attempt with the same key fails the same way
+    assert problem["code"] == "openai_key_refused"
+    assert "OPENAI_API_KEY" in problem["message"]
     assert (problem["vendor"], problem["status"]) == ("openai", 401)
     vendor_error = problem["body"]["error"]
     assert vendor_error["type"] == "invalid_request_error"
@@ -333,20 +345,56 @@ def test_vendor_4xx_is_502_with_status_and_a_sanitised_body(vendor_app: AppServe
     assert vendor_error["message"].startswith("Incorrect API key provided: [redacted]")
 
 
-@pytest.mark.parametrize("status", [400, 404, 500, 503])
-def test_vendor_errors_keep_their_status(vendor_app: AppServer, fake_model: FakeModel, status: int) -> None:
+@pytest.mark.parametrize(
+    ("status", "answered", "code", "should_retry"),
+    [
+        (400, 400, "groq_bad_request", "false"),
+        (404, 404, "groq_not_found", "false"),
+        (422, 422, "groq_unprocessable", "false"),
+        (403, 502, "groq_key_refused", "false"),
+        (405, 502, "groq_error", "false"),
+        (408, 502, "groq_error", None),
+        (500, 502, "groq_error", None),
+        (501, 502, "groq_error", "false"),
+        (503, 502, "groq_error", None),
+    ],
+)
+def test_vendor_error_mapping(
+    vendor_app: AppServer, fake_model: FakeModel, status: int, answered: int, code: str, should_retry: str | None
+) -> None:
+    """The caller's mistakes keep the vendor's status; the rest is a 502, marked when a retry cannot help."""
     fake_model.script(error(status))
     response = _post(vendor_app, GROQ_PATH, {"model": "llama-3.1-8b-instant", "messages": [USER]})
-    problem = error_body(response, 502)["error"]
-    assert (problem["code"], problem["status"]) == ("groq_error", status)
+    problem = error_body(response, answered)["error"]
+    assert response.headers.get("x-should-retry") == should_retry
+    assert (problem["code"], problem["status"], problem["vendor"]) == (code, status, "groq")
     assert problem["body"] == {"error": {"message": f"fake error {status}", "type": "fake_error"}}
+    assert problem["type"] == "fake_error"  # what the openai SDK reads as `error.type`
     assert len(fake_model.requests) == 1  # one attempt: the caller owns retries
 
 
-def test_vendor_429_reports_retry_after(vendor_app: AppServer, fake_model: FakeModel) -> None:
-    fake_model.script(error(429, retry_after=7))
-    problem = error_body(_post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]}), 502)["error"]
-    assert (problem["status"], problem["retry_after_s"]) == (429, 7)
+def test_a_refused_request_carries_the_vendors_own_error(vendor_app: AppServer, fake_model: FakeModel) -> None:
+    vendor_error = {"message": "This model's maximum context length is 128000 tokens.", "type": "invalid_request_error"}
+    vendor_error |= {"param": "messages", "code": "context_length_exceeded"}
+    fake_model.script(error(400, body={"error": vendor_error}))
+    response = _post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]})
+    problem = error_body(response, 400)["error"]
+    assert {key: problem[key] for key in vendor_error} == vendor_error
+
+
+@pytest.mark.parametrize(("retry_after", "sent"), [("7", "7"), ("2.5", "3"), (None, "1"), ("soon", "1")])
+def test_vendor_429_is_a_429_with_retry_after(
+    vendor_app: AppServer, fake_model: FakeModel, retry_after: str | None, sent: str
+) -> None:
+    fake_model.script(error(429, retry_after=retry_after))
+    response = _post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]})
+    problem = error_body(response, 429)["error"]
+    assert response.headers["Retry-After"] == sent
+    assert (problem["code"], problem["status"], problem["retry_after_s"]) == (
+        "openai_rate_limited",
+        429,
+        int(sent),
+    )
 
 
 def test_non_json_error_body_is_cut_and_redacted(vendor_app: AppServer, fake_model: FakeModel) -> None:
@@ -380,11 +428,9 @@ def test_unreachable_vendor_is_502(make_app_server: Callable[..., AppServer]) ->
 
 def test_dropped_connection_and_bad_answers_are_502(vendor_app: AppServer, fake_model: FakeModel) -> None:
     fake_model.script(drop(), raw(b"not json"), raw(b"[1, 2]"))
-    codes = [
-        error_body(_post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER]}), 502)["error"]["code"]
-        for _ in range(3)
-    ]
-    assert codes == [
+    body = {"model": "gpt-4o-mini", "messages": [USER]}
+    codes = [error_body(_post(vendor_app, OPENAI_PATH, body), 502)["error"] for _ in range(3)]
+    assert [(error["code"]) for error in codes] == [
         "openai_connection_error",
         "openai_invalid_response",
         "openai_invalid_response",
@@ -421,8 +467,16 @@ def test_redaction() -> None:
 
 def test_rollout_with_provider_openai_goes_to_the_vendor(vendor_app: AppServer, fake_model: FakeModel) -> None:
     fake_model.default = tool_call("move_left", "do")
-    config = {"provider": "openai", "model": "gpt-5-mini", "max_completion_tokens": 700, "max_llm_calls": 3}
-    request = request_body(decisions=3, env={"seed": 3}, policy={"policy_name": "crafter-react", "config": config})
+    request = {
+        "run_id": "provider-openai",
+        "mode": "eval",
+        "env": {"env_name": "crafter", "seed": 3, "config": {}},
+        "policy": {
+            "policy_name": "crafter-react",
+            "config": {"provider": "openai", "model": "gpt-5-mini", "max_completion_tokens": 700, "max_llm_calls": 3},
+        },
+        "ops": ["agent", "env"] * 3,
+    }
     response = vendor_app.client(timeout=60.0).post("/rollout", json=request)
     assert response.status_code == 200, response.text
     assert_no_key_material(response.text, ALL_SECRETS)

@@ -1,24 +1,26 @@
 """The exception hierarchy of the task app, free of HTTP machinery.
 
-    TaskAppError                      status, code, message, details      retryable
-    ├── BadRequest           400      a request this app does not serve   no
-    ├── InvalidRequest       422      a client mistake in the body/query  no
+    TaskAppError                      status, code, message, details, headers   retryable
+    ├── InvalidRequest       422      a client mistake in the body or query     no
     │   └── UnknownName      422      env_name / policy_name we do not serve
-    ├── Unauthorized         401                                          no
-    ├── NotConfigured        503      a key the endpoint needs is missing no
-    ├── NotFound             404                                          no
-    ├── Conflict             409      run_id already running              yes (later: the cached response)
-    ├── CapacityExceeded     429      too many rollouts (Retry-After)     yes
-    ├── UpstreamError        502      a model server / vendor failed      yes
-    └── UpstreamTimeout      504                                          yes
+    ├── Unauthorized         401                                                no
+    ├── NotConfigured        503      a key the endpoint needs is not configured no
+    ├── NotFound             404                                                no
+    ├── Conflict             409      run_id already running                    yes (later: the cached response)
+    ├── CapacityExceeded     429      too many rollouts in flight (Retry-After) yes
+    ├── UpstreamRefused      4xx      a vendor refused the caller's request     no
+    ├── UpstreamRateLimited  429      a vendor's rate limit (Retry-After)       yes
+    ├── UpstreamError        502      a model server / vendor answered badly    yes, unless x-should-retry: false
+    └── UpstreamTimeout      504                                                yes
 
 `retryable` tells a trainer whether sending the same request again can succeed; every error body
-carries it (`error.retryable`). `web/handlers.py` maps every subclass to the one JSON error body
-`error_body` builds.
+carries it (`error.retryable`), and it agrees with an `x-should-retry: false` header the error sends.
+`web/handlers.py` maps every subclass to the one JSON error body `error_body` builds.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -27,18 +29,16 @@ class TaskAppError(Exception):
     code: str = "internal_error"
     retryable: bool = True  # an unexpected failure may not happen again
 
-    def __init__(self, message: str, *, code: str | None = None, **details: Any) -> None:
+    def __init__(
+        self, message: str, *, code: str | None = None, headers: Mapping[str, str] | None = None, **details: Any
+    ) -> None:
         super().__init__(message)
         self.message = message
         if code is not None:
             self.code = code
+        self.headers = dict(headers or {})  # sent with the error (Retry-After, x-should-retry)
         self.details = details
-
-
-class BadRequest(TaskAppError):
-    status = 400
-    code = "bad_request"
-    retryable = False
+        self.retryable = type(self).retryable and self.headers.get("x-should-retry") != "false"
 
 
 class InvalidRequest(TaskAppError):
@@ -81,10 +81,27 @@ class CapacityExceeded(TaskAppError):
     def __init__(self, active: int, limit: int, retry_after_s: int = 1) -> None:
         super().__init__(
             f"{active} rollouts are in flight, the limit is {limit}; retry later",
+            headers={"Retry-After": str(retry_after_s)},
             active=active,
             limit=limit,
         )
-        self.retry_after_s = retry_after_s
+
+
+class UpstreamRefused(TaskAppError):
+    """The vendor refused the request as the caller sent it: answered with the vendor's own status,
+    which the error body also carries (`status`)."""
+
+    code = "upstream_refused"
+    retryable = False
+
+    def __init__(self, message: str, *, status: int, **kwargs: Any) -> None:
+        super().__init__(message, status=status, **kwargs)
+        self.status = status
+
+
+class UpstreamRateLimited(TaskAppError):
+    status = 429
+    code = "upstream_rate_limited"
 
 
 class UpstreamError(TaskAppError):
@@ -95,6 +112,26 @@ class UpstreamError(TaskAppError):
 class UpstreamTimeout(TaskAppError):
     status = 504
     code = "upstream_timeout"
+
+
+# --- client values inside messages: bounded, and in JSON's words (a message never says "None") ------
+
+QUOTED_CHARS = 60
+_JSON_KINDS = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "a string"}
+
+
+def quoted(text: str) -> str:
+    """A client's string quoted for a message, cut to `QUOTED_CHARS` characters."""
+    return repr(text if len(text) <= QUOTED_CHARS else text[:QUOTED_CHARS] + "...")
+
+
+def json_kind(value: Any) -> str:
+    """What a parsed JSON value is: "null", "a number", "an array", ..."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return _JSON_KINDS.get(type(value), type(value).__name__)
 
 
 def error_body(code: str, message: str, *, retryable: bool = False, **details: Any) -> dict[str, Any]:

@@ -60,7 +60,6 @@ class Settings(BaseSettings):
     )
 
     # --- rollouts ------------------------------------------------------------------------------
-    max_ops_length: int = Field(default=20_000, ge=2, description="longest ops list accepted (422 beyond)")
     max_decisions: int = Field(default=10_000, ge=1, description="largest max_llm_calls accepted")
     max_time_s: float = Field(default=3600.0, gt=0, description="upper bound on safety.max_time_s")
     max_actions_per_decision: int = Field(default=8, ge=1, le=64)

@@ -178,12 +178,16 @@ def resolve_target(
         return InferenceTarget(url, label, key)
     if provider not in (PROVIDER_OPENAI, PROVIDER_GROQ):
         raise NotConfigured("no inference_url and no known provider", code="missing_inference_url")
-    base = settings.openai_base_url if provider == PROVIDER_OPENAI else settings.groq_base_url
     key = api_key if api_key is not None else vendor_key(provider, settings)
     if key is None or not key.get_secret_value():
         name = "OPENAI_API_KEY" if provider == PROVIDER_OPENAI else "GROQ_API_KEY"
         raise NotConfigured(f"{name} is not configured on this task app", code=f"missing_{provider}_api_key")
-    return InferenceTarget(chat_completions_url(base), provider, key)
+    return InferenceTarget(vendor_url(provider, settings), provider, key)
+
+
+def vendor_url(provider: str, settings: Settings) -> str:
+    """The chat-completions URL of a vendor (`openai` or `groq`) this app routes to."""
+    return chat_completions_url(settings.openai_base_url if provider == PROVIDER_OPENAI else settings.groq_base_url)
 
 
 # --- what to send ----------------------------------------------------------------------------------
@@ -268,7 +272,7 @@ class _Retryable(Exception):
         self.code, self.status, self.retry_after = code, status, retry_after
 
 
-def _retry_after(value: str | None) -> float | None:
+def retry_after_seconds(value: str | None) -> float | None:
     """Seconds from a Retry-After header (delta-seconds or HTTP-date)."""
     if not value:
         return None
@@ -432,7 +436,7 @@ class InferenceClient:
     def _status_error(status: int, raw: bytes, retry_after: str | None) -> Exception:
         hint = _error_hint(raw)
         if status == _HTTP_TOO_MANY_REQUESTS:
-            return _Retryable(f"HTTP 429{hint}", "inference_rate_limited", status, _retry_after(retry_after))
+            return _Retryable(f"HTTP 429{hint}", "inference_rate_limited", status, retry_after_seconds(retry_after))
         if status >= _HTTP_SERVER_ERROR:
-            return _Retryable(f"HTTP {status}{hint}", "inference_unavailable", status, _retry_after(retry_after))
+            return _Retryable(f"HTTP {status}{hint}", "inference_unavailable", status, retry_after_seconds(retry_after))
         return PolicyError(f"the model server answered HTTP {status}{hint}", code="inference_http_error", status=status)

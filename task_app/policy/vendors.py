@@ -6,10 +6,11 @@
                      │  `policy.config.provider` rollout gets exactly the same parameters)
                      └─ legacy `function_call` → `tool_choice` when the body carries `tools`
     messages     ─► with_crafting_hint(messages)        (the crafting rules appended to / inserted as the system turn)
-    vendor answer ─► synthesise_tool_call(body)         (a text answer naming actions becomes an `interact_many` call)
+    vendor answer ─► synthesise_tool_call(body)         (a text answer naming actions becomes an `interact_many`
+                                                         call, when offers_tool_call(request) says it may)
     vendor error  ─► sanitised_error_body(raw, secrets) (short, key-free: vendors echo pieces of the key they got)
 
-The proxy routes (`task_app/routes/proxy.py`) use all four; a `policy.config.provider` rollout uses
+The proxy routes (`task_app/web/routes/proxy.py`) use all five; a `policy.config.provider` rollout uses
 `chat_params` directly, so both paths send a vendor the same token and sampling parameters.
 """
 
@@ -152,12 +153,29 @@ def with_crafting_hint(messages: list[Any]) -> list[Any]:
 # --- the answer --------------------------------------------------------------------------------------
 
 
+def offers_tool_call(request: Mapping[str, Any]) -> bool:
+    """True when the request offered the `interact_many` tool and left the model free to call it (no
+    `tool_choice` of "none" or of another function): only then may a text answer become a call."""
+    tools = request.get("tools")
+    if not isinstance(tools, list):
+        return False
+    functions = [tool.get("function") for tool in tools if isinstance(tool, Mapping)]
+    if not any(isinstance(function, Mapping) and function.get("name") == TOOL_NAME for function in functions):
+        return False
+    choice = request.get("tool_choice")
+    if isinstance(choice, Mapping):
+        function = choice.get("function")
+        return not isinstance(function, Mapping) or function.get("name") == TOOL_NAME
+    return choice != "none"
+
+
 def synthesise_tool_call(body: dict[str, Any], max_actions: int) -> bool:
     """Give a text-only first choice an `interact_many` tool call when its text names actions. In place.
 
     Uses the `crafter-react` text parser (JSON `actions`, JSON tool calls, `actions:` lines); the
     synthesised call carries only valid action names, its arguments a JSON string as vendors send
-    them. Returns True when a call was added. A message that has tool calls is never touched.
+    them, and the choice's `finish_reason` becomes "tool_calls", as a vendor's own call would say.
+    Returns True when a call was added. A message that has tool calls is never touched.
     """
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
@@ -173,6 +191,7 @@ def synthesise_tool_call(body: dict[str, Any], max_actions: int) -> bool:
     message["tool_calls"] = [
         {"id": SYNTHESISED_CALL_ID, "type": "function", "function": {"name": TOOL_NAME, "arguments": arguments}}
     ]
+    choices[0]["finish_reason"] = "tool_calls"
     return True
 
 

@@ -14,18 +14,19 @@ from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from ..core.contracts import OpSpec, RolloutRequest
-from ..core.errors import InvalidRequest, UnknownName
+from ..core.contracts import RolloutRequest
+from ..core.errors import InvalidRequest, UnknownName, json_kind, quoted
 from ..core.settings import Settings
 from ..policy.config import PolicyConfig
-from ..policy.inference import PROVIDER_CUSTOM, chat_completions_url, provider_of
+from ..policy.inference import PROVIDER_CUSTOM, chat_completions_url, provider_of, vendor_url
 from .rewards import StepRewardConfig
 
 logger = logging.getLogger(__name__)
 
 ENV_NAMES = frozenset({"crafter"})
 REACT, SCRIPTED = "crafter-react", "crafter-scripted"
-POLICY_NAMES = {"crafter-react": REACT, "crafter": REACT, "crafter-scripted": SCRIPTED}
+# Accepted names (case-insensitive) → the policy; "react" is `synth-ai smoke`'s default --policy-name.
+POLICY_NAMES = {"crafter-react": REACT, "crafter": REACT, "react": REACT, "crafter-scripted": SCRIPTED}
 AGENT, ENV = "agent", "env"
 _OP_ALIASES = {"agent": AGENT, "policy": AGENT, "model": AGENT, "env": ENV, "environment": ENV, "step": ENV}
 _TRACE_PARAMS = ("cid", "trace", "trace_correlation_id")
@@ -71,7 +72,7 @@ class RolloutPlan:
     image_size: int | None
     step_rewards: StepRewardConfig
     trace_correlation_id: str
-    inference_url: str | None
+    inference_url: str | None  # the chat-completions URL the policy calls, its query (?cid=) kept; None: no model
     return_trace: bool
     trace_format: str
     record_trajectories: bool
@@ -125,15 +126,45 @@ def apply_math_alias(request: RolloutRequest) -> tuple[RolloutRequest, bool]:
     return remapped, True
 
 
-def normalise_ops(raw_ops: list[str | OpSpec]) -> list[str]:
-    ops = []
-    for index, raw in enumerate(raw_ops):
-        name = raw if isinstance(raw, str) else (raw.type or raw.op)
+def _op_name(raw: Any) -> str | None:
+    name = raw.get("type") or raw.get("op") if isinstance(raw, dict) else raw
+    return name if isinstance(name, str) else None
+
+
+def _op_error(index: int, raw: Any) -> InvalidRequest:
+    name = _op_name(raw)
+    if name is not None:
+        problem = f"unknown op {quoted(name)}"
+    elif isinstance(raw, dict):
+        problem = "an op object needs a string 'type' (or 'op')"
+    else:
+        problem = f"an op is a string or an object, not {json_kind(raw)}"
+    aliases = "aliases: policy, model / environment, step"
+    return InvalidRequest(f"ops[{index}]: {problem}; use 'agent' or 'env' ({aliases})", code="invalid_op", index=index)
+
+
+def normalise_ops(raw_ops: list[Any], keep: int) -> tuple[str, ...]:
+    """The first `keep` ops as `agent` / `env`. Every op is checked (a bad one anywhere is a 422 naming
+    the first by index), resolving each distinct spelling once: `["agent", "env"] * 50000` costs a
+    set() of the list, not 100000 alias lookups (benchmarks/ B7)."""
+    try:
+        names: list[Any] = raw_ops
+        distinct = set(raw_ops)  # strings, the usual form (and other scalars, which are refused)
+    except TypeError:  # op objects are not hashable: take each one's name
+        names = [_op_name(raw) for raw in raw_ops]
+        distinct = set(names)
+    canonical: dict[Any, str] = {}
+    bad = []
+    for name in distinct:
         op = _OP_ALIASES.get(name.strip().lower()) if isinstance(name, str) else None
         if op is None:
-            raise InvalidRequest(f"ops[{index}]: unknown op {name!r}; use 'agent' or 'env'", code="invalid_op")
-        ops.append(op)
-    return ops
+            bad.append(name)
+        else:
+            canonical[name] = op
+    if bad:
+        index = min(names.index(name) for name in bad)
+        raise _op_error(index, raw_ops[index])
+    return tuple(canonical[name] for name in names[:keep])
 
 
 def check_inference_url(url: str, allowed_hosts: list[str]) -> None:
@@ -205,17 +236,31 @@ def seed_from_run_id(run_id: str, max_seed: int) -> int:
     return int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:8], "big") % (max_seed + 1)
 
 
-def _names(request: RolloutRequest) -> tuple[str, str]:
-    env_name = (request.env.env_name or request.env.env_id or "").strip().lower()
+def _accepted_policy_names(math_alias: bool) -> str:
+    """Every policy name this app accepts, aliases included, for messages."""
+    accepted = []
+    for policy in dict.fromkeys(POLICY_NAMES.values()):
+        aliases = ", ".join(f"'{name}'" for name, target in POLICY_NAMES.items() if target == policy and name != policy)
+        accepted.append(f"'{policy}'" + (f" (or {aliases})" if aliases else ""))
+    text = " or ".join(accepted) + ", in any case"
+    return text + ("; names starting with 'math' are remapped to 'crafter-react'" if math_alias else "")
+
+
+def _names(request: RolloutRequest, math_alias: bool) -> tuple[str, str]:
+    given_env = request.env.env_name or request.env.env_id or ""
+    env_name = given_env.strip().lower()
     if env_name not in ENV_NAMES:
-        raise UnknownName(f"unknown env_name {env_name or None!r}; this app serves 'crafter'", code="unknown_env")
-    raw_policy = (request.policy.policy_name or request.policy.policy_id or "").strip().lower()
-    policy_name = POLICY_NAMES.get(raw_policy)
+        problem = f"unknown env_name {quoted(given_env)}" if env_name else "env.env_name (or env.env_id) is missing"
+        raise UnknownName(f"{problem}; this app serves 'crafter'", code="unknown_env")
+    given_policy = request.policy.policy_name or request.policy.policy_id or ""
+    policy_name = POLICY_NAMES.get(given_policy.strip().lower())
     if policy_name is None:
-        raise UnknownName(
-            f"unknown policy_name {raw_policy or None!r}; use one of {sorted(set(POLICY_NAMES.values()))}",
-            code="unknown_policy",
+        problem = (
+            f"unknown policy_name {quoted(given_policy)}"
+            if given_policy.strip()
+            else "policy.policy_name (or policy.policy_id) is missing"
         )
+        raise UnknownName(f"{problem}; use {_accepted_policy_names(math_alias)}", code="unknown_policy")
     return env_name, policy_name
 
 
@@ -235,11 +280,19 @@ def _area(env_config: EnvConfig, settings: Settings) -> tuple[int, int]:
     return (int(area[0]), int(area[1]))
 
 
+def _policy_url(policy_name: str, policy: PolicyConfig, settings: Settings) -> str | None:
+    if policy_name != REACT:
+        return None
+    if policy.inference_url:
+        return chat_completions_url(policy.inference_url)
+    return vendor_url(policy.provider, settings) if policy.provider else None
+
+
 def build_plan(request: RolloutRequest, settings: Settings) -> RolloutPlan:
     alias_applied = False
     if settings.math_alias_enabled:
         request, alias_applied = apply_math_alias(request)
-    env_name, policy_name = _names(request)
+    env_name, policy_name = _names(request, settings.math_alias_enabled)
     try:
         policy = PolicyConfig.model_validate(request.policy.config)
     except ValidationError as exc:
@@ -270,10 +323,9 @@ def build_plan(request: RolloutRequest, settings: Settings) -> RolloutPlan:
 
     if not request.ops:
         raise InvalidRequest("ops must not be empty", code="empty_ops")
-    if len(request.ops) > settings.max_ops_length:
-        raise InvalidRequest(f"ops has more than {settings.max_ops_length} items", code="too_many_ops")
-    ops = normalise_ops(request.ops)
-    kept = ops[: 2 * cap]
+    # Any length the body limit admits (the seed's trainers send up to safety.max_ops, 100000): ops
+    # beyond 2 x cap are dropped, and safety.max_ops stops the rollout once that many have run.
+    kept = normalise_ops(request.ops, 2 * cap)
     step_rewards_raw = policy.step_rewards or env_config.step_rewards or {}
     try:
         step_rewards = StepRewardConfig.model_validate(step_rewards_raw)
@@ -290,8 +342,8 @@ def build_plan(request: RolloutRequest, settings: Settings) -> RolloutPlan:
         length=env_config.length or settings.episode_length,
         difficulty=env_config.difficulty,
         policy=policy,
-        ops=tuple(kept),
-        ops_dropped=len(ops) - len(kept),
+        ops=kept,
+        ops_dropped=len(request.ops) - len(kept),
         decision_cap=cap,
         max_steps_per_episode=steps_per_episode,
         on_done=request.on_done,
@@ -301,7 +353,7 @@ def build_plan(request: RolloutRequest, settings: Settings) -> RolloutPlan:
         image_size=policy.image_size if (policy.use_vision or policy.image_only_mode) else None,
         step_rewards=step_rewards,
         trace_correlation_id=trace_correlation_id(policy, request.mode, request.run_id),
-        inference_url=policy.inference_url,
+        inference_url=_policy_url(policy_name, policy, settings),
         return_trace=request.record.return_trace,
         trace_format=request.record.trace_format,
         record_trajectories=request.record.trajectories,

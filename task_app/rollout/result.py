@@ -61,7 +61,11 @@ class DecisionRecord:
         """The step reward on the wire: achievements unlocked, or null when none (as the seed)."""
         return self.outcome.reward or None
 
-    def step_info(self) -> dict[str, Any]:
+    def step_info(self, inference_url: str | None = None) -> dict[str, Any]:
+        """The step's `info`; `meta` carries the seed system's per-step fields (seed-behaviour §5.4) that
+        trainers read: `inference_url` (the policy's URL, which synth-ai's RL validation requires on
+        every step), `turn_index`, `inference_ms`, `usage` and `timing`. The request sent and the raw
+        answer stay in the trace."""
         meta: dict[str, Any] = {
             "decision_index": self.index,
             "episode": self.episode,
@@ -72,10 +76,18 @@ class DecisionRecord:
             meta["rejected"] = [rejection.as_dict() for rejection in self.plan.rejected]
         if self.plan.fallback_noop:
             meta["fallback_noop"] = True
+        call = self.decision.lm_call if self.decision is not None else None
         if self.decision is None:
             meta["injected_noop"] = True
         else:
             meta.update(self.decision.meta)
+        if inference_url:
+            meta["inference_url"] = inference_url
+        meta["turn_index"] = self.index
+        if call is not None:
+            meta["inference_ms"] = round(call.latency_ms, 1)
+            meta.setdefault("usage", call.usage)
+        meta["timing"] = self.timing()
         info: dict[str, Any] = {"achievements_added": list(self.outcome.unlocked), "meta": meta}
         if self.stepwise is not None:
             meta["decision_rewards"] = self.stepwise.decision_rewards
@@ -88,10 +100,29 @@ class DecisionRecord:
         call = self.decision.lm_call if self.decision is not None else None
         return call.tokens if call is not None else None
 
-    def step(self, *, tokens: bool = False) -> dict[str, Any]:
+    def timing(self) -> dict[str, float]:
+        """Where the decision's time went. `*_s` are Unix times (the seed's were perf_counter values,
+        meaningless outside its process); `decision_ms` runs from the model request to the end of the
+        env step, `overhead_ms` is what neither the model nor the game took (parsing, hand-offs)."""
+        env_end = self.finished_at.timestamp()
+        timing = {"env_step_ms": round(self.env_ms, 3), "env_step_end_s": round(env_end, 6)}
+        call = self.decision.lm_call if self.decision is not None else None
+        if call is not None:
+            start = call.started_at.timestamp()
+            decision_ms = (env_end - start) * 1000
+            timing.update(
+                agent_request_start_s=round(start, 6),
+                agent_response_s=round(call.finished_at.timestamp(), 6),
+                inference_ms=round(call.latency_ms, 3),
+                decision_ms=round(decision_ms, 3),
+                overhead_ms=round(max(0.0, decision_ms - call.latency_ms - self.env_ms), 3),
+            )
+        return timing
+
+    def step(self, inference_url: str | None = None, *, tokens: bool = False) -> dict[str, Any]:
         """The trajectory step; with `tokens`, the step's `logprob` (the completion's summed logprobs) and
         `info.tokens` (policy/tokens.py; null for a decision without a model call)."""
-        info = self.step_info()
+        info = self.step_info(inference_url)
         step: dict[str, Any] = {
             "obs": {"text": self.obs_text},
             "tool_calls": [self.plan.tool_call()],
@@ -234,12 +265,13 @@ class RolloutResult:
         trajectory = {
             "env_id": self.env_id,
             "policy_id": self.policy_id,
-            "steps": [record.step(tokens=plan.record_tokens) for record in self.records]
+            "steps": [record.step(plan.inference_url, tokens=plan.record_tokens) for record in self.records]
             if plan.record_trajectories
             else [],
             "final": {"observation": {"text": self.final_obs_text}},
             "length": len(self.records),
-            "inference_url": plan.inference_url,
+            # A string, as synth-ai's RolloutTrajectory requires; empty when the policy calls no model.
+            "inference_url": plan.inference_url or "",
             "decision_samples": self.decision_samples,
         }
         return {

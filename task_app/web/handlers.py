@@ -1,6 +1,6 @@
 """The app's one error model: every exception becomes the JSON error body of CONTRACT.md §1.
 
-TaskAppError             its status, code and retryable flag (429 with Retry-After)
+TaskAppError             its status, code, retryable flag and headers (429 with Retry-After)
 RequestValidationError   422 invalid_request (never echoing the input), or 400 invalid_json; not retryable
 HTTPException            its status (404, 405 with every allowed method, 413, ...); retryable when 5xx
 anything else            500 internal_error, logged with its traceback; retryable
@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
-from ..core.errors import CapacityExceeded, TaskAppError, error_body
+from ..core.errors import TaskAppError, error_body
 from .auth import check_api_key
 from .openapi import allowed_methods
 from .responses import JSONBytes
@@ -29,9 +29,8 @@ _STATUS_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"
 async def _task_app_error(_: Request, exc: Exception) -> JSONBytes:
     if not isinstance(exc, TaskAppError):  # pragma: no cover - registered for TaskAppError only
         raise exc
-    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, CapacityExceeded) else None
     body = error_body(exc.code, exc.message, retryable=exc.retryable, **exc.details)
-    return JSONBytes(body, status_code=exc.status, headers=headers)
+    return JSONBytes(body, status_code=exc.status, headers=exc.headers or None)
 
 
 def _denied(request: Request) -> TaskAppError | None:

@@ -22,7 +22,7 @@ class BodySizeLimit:
         self.max_bytes = max_bytes
 
     def _message(self) -> str:
-        return f"request body is larger than {self.max_bytes} bytes"
+        return f"request body is larger than the {self.max_bytes} bytes this server accepts (TASKAPP_MAX_BODY_BYTES)"
 
     @staticmethod
     async def _drain(receive: Receive, received: int) -> None:

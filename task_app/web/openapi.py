@@ -20,15 +20,18 @@ from ..core.contracts import ErrorResponse
 __all__ = ["BODY", "PROTECTED", "allowed_methods", "errors", "ok"]
 
 _WHY = {
-    400: "the body is not valid JSON (`invalid_json`: syntax, encoding, NaN, nesting over 1024) or asks for "
-    "something this app does not serve (e.g. `streaming_not_supported`)",
+    400: "the body is not valid JSON (`invalid_json`: syntax, encoding, NaN, nesting over 1024), or (proxies) "
+    "the vendor refused the request: its status and sanitised error",
     401: "API key missing or invalid (`unauthorized`)",
-    404: "no such run (`run_not_found`, `not_found`)",
+    404: "no such run (`run_not_found`, `not_found`), or (proxies) the vendor's 404, e.g. an unknown model",
     409: "the run is still running (`run_in_progress`) or cannot be replayed (`not_replayable`)",
     413: "the request body is larger than TASKAPP_MAX_BODY_BYTES (`payload_too_large`)",
-    422: "a client mistake in the body, query or path (`invalid_request` or a more precise code)",
-    429: "too many rollouts in flight (`capacity_exceeded`); retry after `Retry-After` seconds",
-    502: "the vendor answered badly or could not be reached (`<vendor>_error`, `<vendor>_unreachable`, ...)",
+    422: "a client mistake in the body, query or path (`invalid_request` or a more precise code; proxies: also "
+    "the vendor's 422)",
+    429: "too many rollouts in flight (`capacity_exceeded`), or (proxies) the vendor's rate limit; retry after "
+    "`Retry-After` seconds",
+    502: "the vendor answered badly, refused this app's key or could not be reached (`<vendor>_error`, "
+    "`<vendor>_key_refused`, `<vendor>_unreachable`, ...); `x-should-retry: false` when a retry cannot help",
     503: "a key this endpoint needs is not configured (`missing_environment_api_key`, "
     "`missing_<vendor>_api_key`) or the trace store is unavailable",
     504: "the vendor did not answer in time (`<vendor>_timeout`)",

@@ -33,7 +33,8 @@ async def view_run(run_id: str, state: StateDep) -> HTMLResponse:
     if store is None:
         raise NotFound("tracing is disabled on this server, so no run can be viewed", run_id=run_id)
     if not store.running:
-        raise NotConfigured(f"the trace store is unavailable: {store.health()['last_error']}", run_id=run_id)
+        reason = store.health()["last_error"] or "it is not running"
+        raise NotConfigured(f"the trace store is unavailable: {reason}", run_id=run_id)
     try:
         trace = await store.get_session(run_id)
     except sqlite3.Error as exc:
