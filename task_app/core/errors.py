@@ -8,9 +8,12 @@
     ├── NotConfigured        503      a key the endpoint needs is not configured
     ├── NotFound             404
     ├── Conflict             409      run_id already running
-    ├── CapacityExceeded     429      too many rollouts in flight (carries Retry-After)
+    ├── Gone                 410      an env session that expired
+    ├── RateLimited          429      a cap or a rate was reached (carries Retry-After)
+    │   └── CapacityExceeded 429      too many rollouts in flight
     ├── UpstreamError        502      a model server / vendor answered badly
-    └── UpstreamTimeout      504
+    ├── UpstreamTimeout      504
+    └── StoreUnavailable     503      the state store (TASKAPP_STATE_BACKEND) failed
 
 `web/handlers.py` maps every subclass to the one JSON error body `error_body` builds.
 """
@@ -66,17 +69,30 @@ class Conflict(TaskAppError):
     code = "conflict"
 
 
-class CapacityExceeded(TaskAppError):
+class Gone(TaskAppError):
+    status = 410
+    code = "gone"
+
+
+class RateLimited(TaskAppError):
     status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1, code: str | None = None, **details: Any) -> None:
+        super().__init__(message, code=code, **details)
+        self.retry_after_s = max(1, retry_after_s)
+
+
+class CapacityExceeded(RateLimited):
     code = "capacity_exceeded"
 
     def __init__(self, active: int, limit: int, retry_after_s: int = 1) -> None:
         super().__init__(
             f"{active} rollouts are in flight, the limit is {limit}; retry later",
+            retry_after_s=retry_after_s,
             active=active,
             limit=limit,
         )
-        self.retry_after_s = retry_after_s
 
 
 class UpstreamError(TaskAppError):
@@ -87,6 +103,11 @@ class UpstreamError(TaskAppError):
 class UpstreamTimeout(TaskAppError):
     status = 504
     code = "upstream_timeout"
+
+
+class StoreUnavailable(TaskAppError):
+    status = 503
+    code = "state_store_unavailable"
 
 
 def error_body(code: str, message: str, **details: Any) -> dict[str, Any]:

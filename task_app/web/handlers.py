@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
-from ..core.errors import CapacityExceeded, TaskAppError, error_body
+from ..core.errors import RateLimited, TaskAppError, error_body
 from .auth import check_api_key
 from .openapi import allowed_methods
 from .responses import JSONBytes
@@ -28,7 +28,7 @@ _STATUS_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"
 async def _task_app_error(_: Request, exc: Exception) -> JSONBytes:
     if not isinstance(exc, TaskAppError):  # pragma: no cover - registered for TaskAppError only
         raise exc
-    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, CapacityExceeded) else None
+    headers = {"Retry-After": str(exc.retry_after_s)} if isinstance(exc, RateLimited) else None
     return JSONBytes(error_body(exc.code, exc.message, **exc.details), status_code=exc.status, headers=headers)
 
 
