@@ -27,10 +27,9 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from conftest import AppServer, open_rollout, wait_until
+from conftest import AppServer, ServerProcess, open_rollout, server_process, wait_until
 from fake_model import HANG_LIMIT_S, Behaviour, Exchange, FakeModel, error, tool_call
 from helpers import request_body
-from test_crash_storage import ServerProcess, server_process
 
 from task_app.core.contracts import ErrorResponse, RolloutResponse
 from task_app.game import GameEnv

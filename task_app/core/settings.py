@@ -109,7 +109,7 @@ class Settings(BaseSettings):
     sessions_max_snapshots: int = Field(default=16, ge=1, le=1000, description="unexpired snapshots per env")
     sessions_max_children: int = Field(default=64, ge=1, le=1024, description="new envs per /branch call")
     sessions_ttl_s: float = Field(default=3600.0, ge=1, description="idle time to live of an env; snapshot lifetime")
-    sessions_rate_per_s: float = Field(default=100.0, gt=0, description="requests per second per env, per process")
+    sessions_rate_per_s: float = Field(default=1000.0, gt=0, description="requests per second per env, per process")
     sessions_checkpoint_every: int = Field(default=50, ge=1, description="a checkpoint every N log entries")
     openenv_max_sessions: int = Field(default=64, ge=1, description="OpenEnv WebSocket sessions per process")
     openenv_token_ttl_s: float = Field(default=3600.0, ge=1, description="longest OpenEnv session-token lifetime")

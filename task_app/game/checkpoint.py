@@ -15,7 +15,8 @@ Why not pickle: the bytes live in the shared state store and are read back by ot
 pickle there would be code run on load; this format is JSON (numbers, strings, tagged numpy arrays
 and tuples) and the loader builds only the crafter classes listed below, so a corrupt or hostile value
 can at worst fail to load. Numbers survive exactly: JSON floats round-trip (shortest repr), and ints
-stay ints.
+stay ints. Dicts keep their order (crafter draws and prints the inventory in its order), which also
+makes the bytes deterministic: the same game gives the same checkpoint.
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ def dump_game(game: Game, extra: dict[str, Any] | None = None) -> bytes:
         "game": {"terminated": game.terminated, "truncated": game.truncated, "decisions": game.decisions},
         "extra": extra or {},
     }
-    return zlib.compress(orjson.dumps(doc, option=orjson.OPT_SORT_KEYS), 6)
+    return zlib.compress(orjson.dumps(doc), 6)  # dicts keep their order: crafter iterates the inventory
 
 
 def _load_objects(env: GameEnv, items: list[dict[str, Any]], slots: int) -> None:

@@ -56,7 +56,7 @@ class SessionLimits:
     max_snapshots: int = 16
     max_children: int = 64
     ttl_s: float = 3600.0
-    rate_per_s: float = 100.0
+    rate_per_s: float = 1000.0
     checkpoint_every: int = 50
     max_actions: int = 8
     max_seed: int = 2**31 - 1
