@@ -24,6 +24,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from task_app.core.contracts import ErrorResponse
 from task_app.core.settings import Settings
 from task_app.game import WorldFactory
 from task_app.web.local_server import serve_in_thread
@@ -129,6 +130,17 @@ def assert_response_keeps_keys(response: httpx.Response, secrets: tuple[str, ...
     response.read()
     headers = "\n".join(f"{name}: {value}" for name, value in response.headers.multi_items())
     assert_no_key_material(response.content.decode("utf-8", "replace") + "\n" + headers, secrets)
+
+
+def expect_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """The contract's error body: `{"error": {"code", "message", ...}, "detail": message}`."""
+    assert response.status_code == status, response.text
+    body: dict[str, Any] = response.json()
+    parsed = ErrorResponse.model_validate(body)
+    assert parsed.error.code == code, body
+    assert parsed.detail == parsed.error.message
+    assert parsed.error.message
+    return body
 
 
 def assert_not_a_server_error(response: httpx.Response) -> None:

@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 from conftest import ALIAS_KEY, TEST_KEY, AppServer
+from conftest import expect_error as _error
 from fastapi import FastAPI
 
-from task_app.core.contracts import ErrorResponse
 from task_app.game import ACTIONS
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")
@@ -46,17 +46,6 @@ BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 def _sample(name: str) -> Any:
     return json.loads((SAMPLES / name).read_text())
-
-
-def _error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    """The contract's error body: `{"error": {"code", "message", ...}, "detail": message}`."""
-    assert response.status_code == status, response.text
-    body: dict[str, Any] = response.json()
-    parsed = ErrorResponse.model_validate(body)
-    assert parsed.error.code == code
-    assert parsed.detail == parsed.error.message
-    assert parsed.error.message
-    return body
 
 
 def route_table(app: FastAPI) -> list[tuple[str, str]]:
