@@ -106,7 +106,7 @@ def test_two_processes_stepping_one_env_at_once_order_their_steps(pair: tuple[Se
         assert sorted(answered) == list(range(1, len(answered) + 1))  # one log position each: no fork
         assert len(answered) > len(busy)
         conflicts = [client.get("/health").json()["sessions"]["conflicts"] for client in (a, b)]
-        assert sum(conflicts) > 0  # they did race for the same log positions
+        assert sum(conflicts) > 0, conflicts  # they did race for the same log positions
         state = b.post("/snapshot", json={"env_id": env_id}).json()
         restored = a.post("/restore", json={"snapshot_id": state["snapshot_id"]}).json()
         assert restored["step_idx"] == len(answered)  # every answered step, and only those, happened
