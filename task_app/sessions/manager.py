@@ -70,6 +70,7 @@ MAX_CLAIM_ATTEMPTS = 8
 SLOT_PROBES = 32  # random slots tried before a create is refused (all of them when there are fewer)
 REFRESH_FRACTION = 0.1
 CATCH_UP_BATCH = 2  # log entries read per round trip when catching up (usually 0 or 1 are new)
+MAX_READ_BATCH = 256  # log entries read per round trip when rebuilding
 FULL_STORE_RETRY_S = 5
 
 
@@ -292,7 +293,7 @@ class EnvSessions:
             index, checkpoint = 0, await self.store.get(checkpoint_key(env_id, 0))
         elif checkpoint is None:
             index = 0
-        entries = await self._read_log(env_id, index * every, every + 1)
+        entries = await self._read_log(env_id, index * every, min(every + 1, MAX_READ_BATCH))
 
         def build() -> tuple[Game, int, int, dict[str, Any] | None]:
             if checkpoint is not None:
