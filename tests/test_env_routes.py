@@ -13,6 +13,7 @@ from conftest import AppServer
 from conftest import expect_error as error
 
 from task_app.game import ACTIONS
+from task_app.service.taskset import OBSERVATION_KEYS
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")
 
@@ -22,19 +23,6 @@ HOSTED = [f"/env{path}" for path in SEED_PATHS if path != "/branch"] + [f"/env{p
 NAMED = [
     f"/env/{name}/{action}" for name in ("crafter", "CrafterClassic") for action in ("initialize", "step", "terminate")
 ]
-OBSERVATION_KEYS = {
-    "inventory",
-    "achievements_status",
-    "achievements_counts",
-    "player_position",
-    "player_direction",
-    "semantic_map_patch7",
-    "num_steps_taken",
-    "max_steps_episode",
-    "terminated",
-    "truncated",
-    "text",
-}
 
 
 def interact(*actions: str | int) -> list[dict[str, Any]]:
@@ -61,7 +49,7 @@ def step(client: httpx.Client, env_id: str, tool_calls: list[Any], path: str = "
 def test_create_reset_step_have_the_seed_shapes(client: httpx.Client) -> None:
     created = create(client)
     assert set(created) == {"env_id", "observation", "info", "step_idx"}
-    assert OBSERVATION_KEYS <= set(created["observation"])
+    assert set(OBSERVATION_KEYS) <= set(created["observation"])  # what /info advertises
     assert "observation_image_base64" not in created["observation"]  # the frame only when asked
     assert created["step_idx"] == 0 and created["info"]["seed"] == 5
     assert created["observation"]["text"].startswith("Step 0/10000")

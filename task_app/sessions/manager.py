@@ -95,6 +95,29 @@ class EnvView:
         return sum(result.native_reward for result in self.outcome.results) if self.outcome else 0.0
 
 
+def view_of(
+    env_id: str,
+    game: Game,
+    episode: int,
+    observation: Observation,
+    outcome: DecisionOutcome | None = None,
+    plan: ActionPlan | None = None,
+    episode_over: bool = False,
+) -> EnvView:
+    return EnvView(
+        env_id=env_id,
+        observation=observation,
+        step_idx=game.env.step_count,
+        episode=episode,
+        seed=int(game.env._seed),
+        done=game.done,
+        truncated=game.truncated,
+        outcome=outcome,
+        plan=plan,
+        episode_over=episode_over,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotInfo:
     snapshot_id: str
@@ -522,19 +545,7 @@ class EnvSessions:
         plan: ActionPlan | None = None,
         episode_over: bool = False,
     ) -> EnvView:
-        game = live.game
-        return EnvView(
-            env_id=live.env_id,
-            observation=observation,
-            step_idx=game.env.step_count,
-            episode=live.episode,
-            seed=live.seed,
-            done=game.done,
-            truncated=game.truncated,
-            outcome=outcome,
-            plan=plan,
-            episode_over=episode_over,
-        )
+        return view_of(live.env_id, live.game, live.episode, observation, outcome, plan, episode_over)
 
     @staticmethod
     def _slot_value(env_id: str, now: float) -> bytes:

@@ -23,9 +23,18 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.offload import Offload
-from ..game import ACTIONS, TOOL_NAME, Game, WorldFactory, normalise_tool_calls
+from ..game import (
+    ACTIONS,
+    TOOL_NAME,
+    ActionPlan,
+    DecisionOutcome,
+    Game,
+    Observation,
+    WorldFactory,
+    normalise_tool_calls,
+)
 from .config import EnvSpec, SessionLimits
-from .manager import EnvView
+from .manager import EnvView, view_of
 from .views import observation_body
 
 PROTOCOL_VERSION = "1.0.0"  # OpenEnv's runtime checks read the OpenAPI info.version ("openenv-http/1.x")
@@ -244,21 +253,12 @@ class WsSession:
     async def _state(self, data: dict[str, Any]) -> dict[str, Any]:
         return {"type": "state", "data": state_payload(self.last, self.episode_id)}
 
-    def _view(self, observation: Any, outcome: Any = None, plan: Any = None) -> EnvView:
-        game = self.game
-        if game is None:  # pragma: no cover - only called after a reset
+    def _view(
+        self, observation: Observation, outcome: DecisionOutcome | None = None, plan: ActionPlan | None = None
+    ) -> EnvView:
+        if self.game is None:  # pragma: no cover - only called after a reset
             raise RuntimeError("no game")
-        return EnvView(
-            env_id=self.session_id,
-            observation=observation,
-            step_idx=game.env.step_count,
-            episode=self.episode,
-            seed=int(game.env._seed),
-            done=game.done,
-            truncated=game.truncated,
-            outcome=outcome,
-            plan=plan,
-        )
+        return view_of(self.session_id, self.game, self.episode, observation, outcome, plan)
 
 
 class WsCapacity:
