@@ -27,7 +27,6 @@ cap without a counter: a create that finds no free slot gets 429.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -50,28 +49,29 @@ from .records import (
     EnvMeta,
     Origin,
     checkpoint_key,
+    decode_meta,
     dumps,
+    ended,
     env_prefix,
+    expired,
     hint_key,
     loads,
     log_key,
     marker_key,
     meta_key,
     new_id,
-    slot_key,
+    not_found,
     snapshot_key,
-    snapshot_slot_key,
     valid_id,
 )
+from .slots import Slots
 
 logger = logging.getLogger(__name__)
 
 MAX_CLAIM_ATTEMPTS = 8
-SLOT_PROBES = 32  # random slots tried before a create is refused (all of them when there are fewer)
 REFRESH_FRACTION = 0.1
 CATCH_UP_BATCH = 2  # log entries read per round trip when catching up (usually 0 or 1 are new)
 MAX_READ_BATCH = 256  # log entries read per round trip when rebuilding
-FULL_STORE_RETRY_S = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +148,7 @@ class EnvSessions:
         self.offload = offload
         self.monotonic = monotonic
         self.live = LiveCache(limits.max_live, monotonic)
+        self.slots = Slots(store, limits)
         self.counters = {"created": 0, "rebuilds": 0, "replayed": 0, "conflicts": 0, "checkpoints": 0, "reaped": 0}
 
     # --- operations ---------------------------------------------------------------------------------
@@ -199,7 +200,7 @@ class EnvSessions:
         async with self._acquire(env_id) as live:
             await self._catch_up(live)
             snapshot_id = new_id()
-            await self._claim_snapshot_slot(live, snapshot_id)
+            live.snapshot_hint = await self.slots.claim_snapshot(env_id, snapshot_id, live.snapshot_hint)
             spec, checkpoint = await self._copy(live)
             header = {"v": 1, "source": env_id, "spec": spec.as_dict(), "created_at": self.store.clock()}
             record = dumps(header) + b"\n" + checkpoint
@@ -262,7 +263,7 @@ class EnvSessions:
     @asynccontextmanager
     async def _acquire(self, env_id: str) -> AsyncIterator[LiveEnv]:
         if not valid_id(env_id):
-            raise self._not_found(env_id)
+            raise not_found(env_id)
         live = self.live.get(env_id)
         if live is None:
             self.live.make_room()
@@ -291,21 +292,21 @@ class EnvSessions:
         now = self.store.clock()
         if now - live.slot_at < self.limits.ttl_s * REFRESH_FRACTION:
             return
-        if self._slot_time(await self.store.get(slot_key(live.meta.slot)), live.env_id) is None:
-            self._meta(live.env_id, await self.store.get(meta_key(live.env_id)))  # raises if it ended
+        if await self.slots.held_since(live.meta.slot, live.env_id) is None:
+            decode_meta(live.env_id, await self.store.get(meta_key(live.env_id)))  # raises if it ended
             await self._retire(live.meta, EXPIRED)
-            raise self._expired(live.env_id)
-        await self.store.put(slot_key(live.meta.slot), self._slot_value(live.env_id, now), ttl_s=self.limits.ttl_s)
+            raise expired(live.env_id)
+        await self.slots.refresh(live.meta.slot, live.env_id, now)
         live.slot_at = now
 
     async def _rebuild(self, env_id: str) -> LiveEnv:
         """The env from the store: its meta, its slot, the latest checkpoint and the log after it."""
         raw_meta, raw_hint = await self.store.get_many([meta_key(env_id), hint_key(env_id)])
-        meta = self._meta(env_id, raw_meta)
-        slot_at = self._slot_time(await self.store.get(slot_key(meta.slot)), env_id)
+        meta = decode_meta(env_id, raw_meta)
+        slot_at = await self.slots.held_since(meta.slot, env_id)
         if slot_at is None:
             await self._retire(meta, EXPIRED)
-            raise self._expired(env_id)
+            raise expired(env_id)
         every = self.limits.checkpoint_every
         hinted = int(loads(raw_hint)) if raw_hint is not None else 0
         at_hint, after_hint = await self.store.get_many(
@@ -331,7 +332,7 @@ class EnvSessions:
         self.counters["replayed"] += applied
         if end is not None:
             await self._retire(meta, str(end.get("why", TERMINATED)))
-            raise self._ended(env_id, str(end.get("why")))
+            raise ended(env_id, str(end.get("why")))
         return self._live(meta, game, episode, slot_at, head)
 
     # --- the log --------------------------------------------------------------------------------------
@@ -358,7 +359,7 @@ class EnvSessions:
         self.counters["replayed"] += applied
         if end is not None:
             await self._retire(live.meta, str(end.get("why", TERMINATED)))
-            raise self._ended(live.env_id, str(end.get("why")))
+            raise ended(live.env_id, str(end.get("why")))
 
     async def _append(self, live: LiveEnv, entry: dict[str, Any]) -> tuple[DecisionOutcome | None, Observation]:
         """Claim the next log index for `entry` (catching up while others hold it), then apply it."""
@@ -421,7 +422,7 @@ class EnvSessions:
     async def _register(self, spec: EnvSpec, checkpoint: bytes | None, parent: str | None) -> EnvMeta:
         """Write a new env's record (slot, checkpoint 0, marker, meta) and return its meta."""
         env_id = new_id()
-        slot = await self._claim_slot(env_id)
+        slot = await self.slots.claim(env_id)
         origin: Origin = "seed" if checkpoint is None else "checkpoint"
         meta = EnvMeta.new(spec, env_id, slot, origin, parent, self.store.clock())
         try:
@@ -430,7 +431,7 @@ class EnvSessions:
             await self.store.put(marker_key(env_id), dumps({"slot": slot, "at": meta.created_at}))
             await self.store.put(meta_key(env_id), meta.encode())
         except BaseException:
-            await self._release_slot(slot, env_id)
+            await self.slots.release(slot, env_id)
             raise
         return meta
 
@@ -443,48 +444,12 @@ class EnvSessions:
         self.live.drop(meta.env_id)
         tombstone = dumps({"gone": why, "at": self.store.clock()})
         await self.store.put(meta_key(meta.env_id), tombstone, ttl_s=self.limits.ttl_s)
-        await self._release_slot(meta.slot, meta.env_id)
+        await self.slots.release(meta.slot, meta.env_id)
 
     async def _erase(self, env_id: str) -> None:
         """Delete an ended env's keys (its tombstone expires on its own)."""
         keys = [key for key in await self.store.scan(env_prefix(env_id)) if key != meta_key(env_id)]
         await self.store.delete([*keys, marker_key(env_id)])
-
-    async def _claim_slot(self, env_id: str) -> int:
-        value = self._slot_value(env_id, self.store.clock())
-        total = self.limits.max_envs
-        candidates = random.sample(range(total), total) if total <= SLOT_PROBES else None
-        for attempt in range(min(total, SLOT_PROBES)):
-            index = candidates[attempt] if candidates is not None else random.randrange(total)
-            if await self.store.put_if_absent(slot_key(index), value, ttl_s=self.limits.ttl_s):
-                return index
-        raise RateLimited(
-            f"the state store holds {total} envs (TASKAPP_SESSIONS_MAX_ENVS); terminate some or retry later",
-            code="too_many_envs",
-            retry_after_s=FULL_STORE_RETRY_S,
-            limit=total,
-        )
-
-    async def _release_slot(self, index: int, env_id: str) -> None:
-        if self._slot_time(await self.store.get(slot_key(index)), env_id) is not None:
-            await self.store.delete([slot_key(index)])
-
-    async def _claim_snapshot_slot(self, live: LiveEnv, snapshot_id: str) -> None:
-        now, total = self.store.clock(), self.limits.max_snapshots
-        value = dumps({"snapshot": snapshot_id, "at": now})
-        for offset in range(total):
-            index = (live.snapshot_hint + offset) % total
-            if await self.store.put_if_absent(snapshot_slot_key(live.env_id, index), value, ttl_s=self.limits.ttl_s):
-                live.snapshot_hint = index + 1
-                return
-        held = await self.store.get_many([snapshot_slot_key(live.env_id, index) for index in range(total)])
-        oldest = min((float(loads(raw)["at"]) for raw in held if raw is not None), default=now)
-        raise RateLimited(
-            f"env {live.env_id!r} has {total} unexpired snapshots (TASKAPP_SESSIONS_MAX_SNAPSHOTS)",
-            code="too_many_snapshots",
-            retry_after_s=retry_after(oldest + self.limits.ttl_s - now),
-            limit=total,
-        )
 
     # --- maintenance ----------------------------------------------------------------------------------
 
@@ -510,7 +475,7 @@ class EnvSessions:
                         await self._erase(env_id)
                     continue
                 meta = EnvMeta.decode(value)
-                if self._slot_time(await self.store.get(slot_key(meta.slot)), env_id) is None:
+                if await self.slots.held_since(meta.slot, env_id) is None:
                     await self._retire(meta, EXPIRED)
                     reaped += 1
         self.counters["reaped"] += reaped
@@ -546,36 +511,3 @@ class EnvSessions:
         episode_over: bool = False,
     ) -> EnvView:
         return view_of(live.env_id, live.game, live.episode, observation, outcome, plan, episode_over)
-
-    @staticmethod
-    def _slot_value(env_id: str, now: float) -> bytes:
-        return dumps({"env": env_id, "at": now})
-
-    @staticmethod
-    def _slot_time(raw: bytes | None, env_id: str) -> float | None:
-        """When the slot was last refreshed, if it is (still) this env's."""
-        if raw is None:
-            return None
-        value = loads(raw)
-        return float(value["at"]) if value.get("env") == env_id else None
-
-    def _meta(self, env_id: str, raw: bytes | None) -> EnvMeta:
-        if raw is None:
-            raise self._not_found(env_id)
-        value = loads(raw)
-        if "gone" in value:
-            raise self._ended(env_id, str(value["gone"]))
-        return EnvMeta.decode(value)
-
-    @staticmethod
-    def _not_found(env_id: str) -> NotFound:
-        return NotFound(f"env {env_id!r} not found", code="env_not_found", env_id=env_id)
-
-    @staticmethod
-    def _expired(env_id: str) -> Gone:
-        return Gone(f"env {env_id!r} expired after being idle", code="env_expired", env_id=env_id)
-
-    def _ended(self, env_id: str, why: str) -> TaskAppError:
-        if why == EXPIRED:
-            return self._expired(env_id)
-        return NotFound(f"env {env_id!r} was terminated", code="env_not_found", env_id=env_id)

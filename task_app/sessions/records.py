@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 import orjson
 
+from ..core.errors import Gone, NotFound, TaskAppError
 from .config import EnvSpec
 
 _ID = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
@@ -126,3 +127,28 @@ class EnvMeta:
         fields = {name: value[name] for name in cls.__dataclass_fields__}
         fields["area"] = (int(fields["area"][0]), int(fields["area"][1]))
         return cls(**fields)
+
+
+def not_found(env_id: str) -> NotFound:
+    return NotFound(f"env {env_id!r} not found", code="env_not_found", env_id=env_id)
+
+
+def expired(env_id: str) -> Gone:
+    return Gone(f"env {env_id!r} expired after being idle", code="env_expired", env_id=env_id)
+
+
+def ended(env_id: str, why: str) -> TaskAppError:
+    """What a request for an env that ended gets: 410 once it expired, 404 once it was terminated."""
+    if why == EXPIRED:
+        return expired(env_id)
+    return NotFound(f"env {env_id!r} was terminated", code="env_not_found", env_id=env_id)
+
+
+def decode_meta(env_id: str, raw: bytes | None) -> EnvMeta:
+    """The env's meta, or the error its absence or tombstone means."""
+    if raw is None:
+        raise not_found(env_id)
+    value = loads(raw)
+    if "gone" in value:
+        raise ended(env_id, str(value["gone"]))
+    return EnvMeta.decode(value)
