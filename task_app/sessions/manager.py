@@ -229,7 +229,7 @@ class EnvSessions:
 
     async def branch(self, env_ids: Sequence[str], num_children: int) -> dict[str, list[str]]:
         """`num_children` independent copies of each env's current state (records only: each child is
-        rebuilt, in about a millisecond, by the first process that serves it)."""
+        rebuilt, in a few milliseconds, by the first process that serves it)."""
         if len(env_ids) * num_children > self.limits.max_children:
             raise InvalidRequest(
                 f"a branch call may create at most {self.limits.max_children} envs", code="too_many_children"
