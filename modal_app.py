@@ -6,6 +6,7 @@
             ─ /root/pyproject.toml (read again when Modal imports this module in the container)
     secrets <env secret> (ENVIRONMENT_API_KEY) + openai-api-key (OPENAI_API_KEY) + groq-api-key (GROQ_API_KEY)
     volume  /traces: one SQLite file per container, /traces/traces/<task id>.db
+    dict    <state dict> (TASKAPP_STATE_BACKEND=modal-dict:<name>): env sessions, shared by every container
     class   CrafterTaskApp: @modal.concurrent; enter(snap=True) imports and JIT-compiles before the memory
             snapshot; the asgi_app factory runs after restore, so the container's task id, secrets and
             settings are the live ones.
@@ -94,6 +95,7 @@ class DeployConfig:
     groq_secret: str = "groq-api-key"
     vendor_secrets: str = "openai,groq"  # which vendor secrets to attach; "none" for a deployment without proxies
     volume: str = "crafter-task-app-traces"
+    state_dict: str = "crafter-task-app-state"  # the modal.Dict env sessions live in (TASKAPP_STATE_BACKEND)
     min_containers: int = 0
     max_containers: int = 10
     buffer_containers: int = 0
@@ -165,6 +167,8 @@ class DeployConfig:
             TASKAPP_MAX_TIME_S=str(self.max_time_s),
             # Modal never sends a container more than max_inputs requests, so the app's own cap never 429s below it.
             TASKAPP_MAX_CONCURRENT_ROLLOUTS=str(self.max_inputs),
+            # Consecutive requests for one env land on different containers: its record lives in the Dict.
+            TASKAPP_STATE_BACKEND=f"modal-dict:{self.state_dict}",
         )
         return env
 

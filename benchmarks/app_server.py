@@ -29,12 +29,12 @@ from .loopback import serve_on_loopback
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="serve the task app for a benchmark")
     parser.add_argument("--settings", default="{}", help="Settings fields as a JSON object")
+    parser.add_argument("--uvicorn", default="{}", help="uvicorn options on top, as a JSON object (e.g. access_log)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings(**json.loads(args.settings))
-    return serve_on_loopback(
-        create_app(settings), announce={"pid": os.getpid()}, lifespan="on", loop="asyncio", timeout_graceful_shutdown=10
-    )
+    options = {"lifespan": "on", "loop": "asyncio", "timeout_graceful_shutdown": 10, **json.loads(args.uvicorn)}
+    return serve_on_loopback(create_app(settings), announce={"pid": os.getpid()}, **options)
 
 
 if __name__ == "__main__":

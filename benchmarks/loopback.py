@@ -15,16 +15,21 @@ import uvicorn
 
 
 def serve_on_loopback(app: Any, *, announce: dict[str, Any] | None = None, **options: Any) -> int:
-    """Serve `app` under uvicorn (h11, no access log, 60 s keep-alive, `options` on top) until interrupted."""
+    """Serve `app` under uvicorn (h11, no access log, 60 s keep-alive; `options` override) until interrupted."""
     # With proto=IPPROTO_TCP asyncio turns TCP_NODELAY on for accepted connections (with proto=0 it does
     # not, and every response written in two parts then waits ~40 ms for a delayed ACK).
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     print(json.dumps({"port": sock.getsockname()[1], **(announce or {})}), flush=True)
-    config = uvicorn.Config(
-        app, http="h11", log_level="warning", access_log=False, timeout_keep_alive=60, backlog=4096, **options
-    )
+    defaults: dict[str, Any] = {
+        "http": "h11",
+        "log_level": "warning",
+        "access_log": False,
+        "timeout_keep_alive": 60,
+        "backlog": 4096,
+    }
+    config = uvicorn.Config(app, **{**defaults, **options})
     try:
         uvicorn.Server(config).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on

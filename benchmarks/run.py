@@ -5,6 +5,7 @@
     B3 concurrency  64 x 200 ms and 256 x 1 s model: throughput vs ideal, loop lag    (concurrency.py)
     B4 memory       RSS idle, per in-flight rollout, after 1000 rollouts              (memory.py)
     B5 payload      response bytes per trace format (+gzip), SQLite bytes per rollout (payload.py)
+    B6 sessions     /step CPU and latency (memory, sqlite), rebuilds, WebSocket steps/s, bytes (sessions.py)
     B7 ops          server CPU of a 100000-op request vs a 2-op one; parse + plan in-process  (ops.py)
     W  world        crafter resets and steps in-process (`python benchmarks/world.py`, not run here)
 
@@ -25,7 +26,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import concurrency, memory, ops, overhead, payload, startup
+from . import concurrency, memory, ops, overhead, payload, sessions, startup
 from .processes import PROFILE
 from .report import RESULTS_DIR, Figure, console, markdown, table, write_json
 
@@ -35,6 +36,7 @@ SUITE: dict[str, tuple[str, Callable[[int, bool], list[Figure]]]] = {
     "B3": ("concurrency", concurrency.run),
     "B4": ("memory", memory.run),
     "B5": ("payload", payload.run),
+    "B6": ("sessions", sessions.run),
     "B7": ("ops", ops.run),
 }
 

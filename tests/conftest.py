@@ -7,11 +7,15 @@ import itertools
 import json
 import logging
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +25,9 @@ import browser
 import httpx
 import pytest
 from fastapi import FastAPI
+from helpers import first_line
 
+from task_app.core.contracts import ErrorResponse
 from task_app.core.settings import Settings
 from task_app.game import WorldFactory
 from task_app.web.local_server import serve_in_thread
@@ -130,6 +136,17 @@ def assert_response_keeps_keys(response: httpx.Response, secrets: tuple[str, ...
     response.read()
     headers = "\n".join(f"{name}: {value}" for name, value in response.headers.multi_items())
     assert_no_key_material(response.content.decode("utf-8", "replace") + "\n" + headers, secrets)
+
+
+def expect_error(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
+    """The contract's error body: `{"error": {"code", "message", ...}, "detail": message}`."""
+    assert response.status_code == status, response.text
+    body: dict[str, Any] = response.json()
+    parsed = ErrorResponse.model_validate(body)
+    assert parsed.error.code == code, body
+    assert parsed.detail == parsed.error.message
+    assert parsed.error.message
+    return body
 
 
 def assert_not_a_server_error(response: httpx.Response) -> None:
@@ -277,6 +294,104 @@ def vendor_app(make_app_server: Callable[..., AppServer], fake_model: FakeModel)
         openai_api_key=OPENAI_KEY,
         groq_api_key=GROQ_KEY,
     )
+
+
+# --- a task app in its own process ----------------------------------------------------------------
+#
+# `server_process(log_dir, **settings)` runs `python -m benchmarks.app_server` (builds
+# `create_app(Settings(...))`, serves it with uvicorn on a pre-bound 127.0.0.1 socket and prints the
+# port): for tests that kill a server, or that need several app processes at once. Its log is checked
+# for key material when it stops.
+
+ROOT = Path(__file__).resolve().parent.parent
+PROCESS_START_TIMEOUT_S = 60.0
+PROCESS_WAIT_S = 20.0
+
+
+@dataclass
+class ServerProcess:
+    process: subprocess.Popen[str]
+    base_url: str
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def client(self, key: str | None = TEST_KEY, timeout: float = 30.0) -> httpx.Client:
+        headers = {"X-API-Key": key} if key is not None else {}
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, trust_env=False)
+
+    def health(self) -> dict[str, Any]:
+        with self.client(key=None, timeout=5.0) as client:
+            body: dict[str, Any] = client.get("/health").json()
+        return body
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown, no lifespan exit, no checkpoint."""
+        os.kill(self.pid, signal.SIGKILL)
+        self.process.wait(timeout=PROCESS_WAIT_S)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)  # uvicorn's graceful shutdown closes the trace store
+            try:
+                self.process.wait(timeout=PROCESS_WAIT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=PROCESS_WAIT_S)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def _child_environment() -> dict[str, str]:
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("TASKAPP_", "MODAL_"))}
+    for name in _OWN_VARIABLES:
+        env.pop(name, None)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
+    return env
+
+
+@contextmanager
+def server_process(
+    log_dir: Path, *, prefix: Sequence[str] = (), uvicorn: dict[str, Any] | None = None, **settings: Any
+) -> Iterator[ServerProcess]:
+    """The task app with `Settings(environment_api_key=TEST_KEY, warm_up=False, **settings)` in a child
+    process (optionally started through `prefix`, e.g. `unshare -m ...`; `uvicorn`: server options such
+    as `{"access_log": True, "log_level": "info"}`), ready when this yields."""
+    values = {"environment_api_key": TEST_KEY, "warm_up": False, **settings}
+    command = [*prefix, sys.executable, "-m", "benchmarks.app_server", "--settings", json.dumps(values, default=str)]
+    if uvicorn:
+        command += ["--uvicorn", json.dumps(uvicorn)]
+    log_path = log_dir / f"server-{uuid.uuid4().hex[:8]}.log"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=_child_environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+        )
+    assert process.stdout is not None
+    served = ServerProcess(process, "", log_path)
+    try:
+        line = first_line(process, PROCESS_START_TIMEOUT_S)
+        assert line, f"the server printed no port (exited or hung): {log_path.read_text()[-2000:]}"
+        served.base_url = f"http://127.0.0.1:{json.loads(line)['port']}"
+        deadline = time.monotonic() + PROCESS_START_TIMEOUT_S
+        while True:
+            assert process.poll() is None, f"the server exited: {log_path.read_text()[-2000:]}"
+            with suppress(httpx.TransportError):
+                if httpx.get(served.base_url + "/health", timeout=2.0, trust_env=False).status_code == 200:
+                    break
+            assert time.monotonic() < deadline, "the server did not become ready"
+            time.sleep(0.02)  # polling interval
+        yield served
+    finally:
+        served.stop()
+        assert_no_key_material(log_path.read_text(errors="replace"), SECRETS)
 
 
 # --- the whole suite's logs ------------------------------------------------------------------------

@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import collections
 import copy
 import dataclasses
 import functools
 import hashlib
 import json
+import pickle
 import random
 import re
 import selectors
@@ -29,12 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 
 from task_app.cli.traces import add_traces_parser
 from task_app.cli.view import add_viewer_parsers
 from task_app.core.contracts import ErrorResponse, RolloutRequest
 from task_app.core.settings import Settings
-from task_app.game import TOOL_NAME, VITALS, GameEnv, Observation, WorldFactory
+from task_app.game import TOOL_NAME, VITALS, Game, GameEnv, Observation, WorldFactory
 from task_app.game.observation import nearest
 from task_app.policy.base import HistoryEntry, LMCall, PolicyDecision, PolicyError
 from task_app.rollout.control import RunControl
@@ -101,6 +104,57 @@ def keep_alive(env: GameEnv) -> None:
     """Refill the vitals so long random walks outlive hunger and thirst (applied identically to every run)."""
     for vital in VITALS:
         env.player.inventory[vital] = 9
+
+
+_ENV_LINKS = {"_textures", "_local_view", "_item_view", "_sem_view", "_world", "_player"}
+
+
+def game_state(game: Game) -> dict[str, Any]:
+    """Every attribute of the env, its world and its objects, and the generator's state, comparable with ==.
+
+    References are written as roles (the world, its generator, an object by its index), so two games
+    compare equal exactly when they are copies of each other."""
+    env = game.env
+    world = env._world
+    index = {id(obj): position for position, obj in enumerate(world._objects) if obj is not None}
+
+    def plain(value: Any) -> Any:
+        if value is world:
+            return "<world>"
+        if value is world.random:
+            return "<random>"
+        if id(value) in index:
+            return ("<object>", index[id(value)])
+        if isinstance(value, np.ndarray):
+            return ("ndarray", value.dtype.str, value.shape, value.tobytes())
+        if isinstance(value, np.generic):
+            return ("numpy", value.dtype.str, value.item())
+        if isinstance(value, dict):
+            return ("dict", [(plain(key), plain(item)) for key, item in value.items()])
+        if isinstance(value, list | tuple):
+            return (type(value).__name__, [plain(item) for item in value])
+        if isinstance(value, set):
+            return ("set", sorted(repr(plain(item)) for item in value))
+        return (type(value).__name__, value)
+
+    name, keys, position, has_gauss, gauss = world.random.get_state()
+    return {
+        "env": {key: plain(value) for key, value in vars(env).items() if key not in _ENV_LINKS},
+        "player": index[id(env._player)],
+        "world": {key: plain(value) for key, value in vars(world).items() if key not in {"random", "_chunks"}},
+        # chunk keys are ints or numpy ints depending on how crafter computed them: compare their values
+        "objects": [
+            (position, type(obj).__name__, {key: plain(value) for key, value in vars(obj).items()})
+            for position, obj in enumerate(world._objects)
+            if obj is not None
+        ],
+        "chunks": [
+            (tuple(int(part) for part in key), sorted(index[id(obj)] for obj in objs))
+            for key, objs in world._chunks.items()
+        ],
+        "random": (name, keys.tobytes(), position, has_gauss, gauss),
+        "game": (game.terminated, game.truncated, game.decisions),
+    }
 
 
 # --- policies -------------------------------------------------------------------------------------
@@ -544,3 +598,89 @@ def first_line(process: subprocess.Popen[str], timeout: float) -> str:
             if process.poll() is not None:
                 return ""
     return ""
+
+
+# --- a stand-in for modal.Dict ---------------------------------------------------------------------
+
+
+class _DictMethod:
+    """A method of the double, callable as `method(...)` and, as Modal's are, as `await method.aio(...)`."""
+
+    def __init__(self, owner: FakeModalDict, name: str) -> None:
+        self._owner, self._name = owner, name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self._owner, f"_{self._name}")(*args, **kwargs)
+
+    async def aio(self, *args: Any, **kwargs: Any) -> Any:
+        self._owner.calls[self._name] += 1
+        await asyncio.sleep(self._owner.latency_s)  # a network round trip
+        return self(*args, **kwargs)
+
+
+class _KeysMethod(_DictMethod):
+    async def aio(self, *args: Any, **kwargs: Any) -> Any:  # an async generator, as Modal's `keys.aio()`
+        self._owner.calls["keys"] += 1
+        await asyncio.sleep(self._owner.latency_s)
+        for key in self(*args, **kwargs):
+            yield key
+
+
+class FakeModalDict:
+    """`modal.Dict` as modal 1.6.4 documents it, for tests (there is no Modal account here).
+
+    Keys and values are pickled on the way in and unpickled on the way out; an entry expires after 7 days
+    without a read or a write; there is no compare-and-set: `put(key, value, skip_if_exists=True)` (True
+    when it wrote) is the one atomic primitive; `get(key, default)`, `pop(key, default)`, `contains`,
+    `keys`; every `.aio` call takes `latency_s` (tens of ms on Modal) and is counted in `calls`.
+    """
+
+    EXPIRY_S = 7 * 24 * 3600
+
+    def __init__(self, latency_s: float = 0.0, clock: Any = None) -> None:
+        import time
+
+        self.latency_s = latency_s
+        self.clock = clock or time.time
+        self.calls: collections.Counter[str] = collections.Counter()
+        self._entries: dict[bytes, tuple[bytes, float]] = {}
+        self.get, self.put, self.pop = _DictMethod(self, "get"), _DictMethod(self, "put"), _DictMethod(self, "pop")
+        self.contains, self.keys = _DictMethod(self, "contains"), _KeysMethod(self, "keys")
+
+    def _live(self, key: bytes) -> bytes | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if self.clock() - entry[1] > self.EXPIRY_S:
+            del self._entries[key]
+            return None
+        self._entries[key] = (entry[0], self.clock())  # a read is an access
+        return entry[0]
+
+    def _get(self, key: Any, default: Any = None) -> Any:
+        raw = self._live(pickle.dumps(key))
+        return default if raw is None else pickle.loads(raw)  # the double unpickles only what it pickled
+
+    def _put(self, key: Any, value: Any, *, skip_if_exists: bool = False) -> bool:
+        packed = pickle.dumps(key)
+        if skip_if_exists and self._live(packed) is not None:
+            return False
+        self._entries[packed] = (pickle.dumps(value), self.clock())
+        return True
+
+    def _pop(self, key: Any, default: Any = None) -> Any:
+        packed = pickle.dumps(key)
+        raw = self._live(packed)
+        if raw is None:
+            return default
+        del self._entries[packed]
+        return pickle.loads(raw)
+
+    def _contains(self, key: Any) -> bool:
+        return self._live(pickle.dumps(key)) is not None
+
+    def _keys(self) -> list[Any]:
+        return [pickle.loads(key) for key in list(self._entries) if self._live(key) is not None]
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -8,135 +8,37 @@
 - The same with a real disk, where the machine allows mount namespaces (root; skipped otherwise): a
   read-only bind mount, and a 2 MB tmpfs that the test fills up and then frees.
 
-`ServerProcess` runs `python -m benchmarks.app_server` (builds `create_app(Settings(...))`, serves it
-with uvicorn on a pre-bound 127.0.0.1 socket and prints the port); its log is checked for key
-material when it stops. `test_client_faults.py` uses it too.
+`server_process` (conftest.py) runs the app as a child process; its log is checked for key material
+when it stops.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import shutil
 import signal
 import sqlite3
 import subprocess
-import sys
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager, suppress
-from dataclasses import dataclass
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import SECRETS, TEST_KEY, AppServer, assert_no_key_material, wait_until
+from conftest import AppServer, server_process, wait_until
 from fake_model import FakeModel, delay, tool_call
-from helpers import first_line, request_body
+from helpers import request_body
 
 from task_app.core.contracts import RolloutResponse
 from task_app.tracing import TraceStore
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")
 
-ROOT = Path(__file__).resolve().parent.parent
-START_TIMEOUT_S = 60.0
 WAIT_S = 20.0
-_OWN = (
-    "ENVIRONMENT_API_KEY",
-    "DEV_ENVIRONMENT_API_KEY",
-    "ENVIRONMENT_API_KEY_ALIASES",
-    "OPENAI_API_KEY",
-    "GROQ_API_KEY",
-)
-
-
-# --- a task app in its own process ----------------------------------------------------------------
-
-
-@dataclass
-class ServerProcess:
-    process: subprocess.Popen[str]
-    base_url: str
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def client(self, key: str | None = TEST_KEY, timeout: float = 30.0) -> httpx.Client:
-        headers = {"X-API-Key": key} if key is not None else {}
-        return httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, trust_env=False)
-
-    def health(self) -> dict[str, Any]:
-        with self.client(key=None, timeout=5.0) as client:
-            body: dict[str, Any] = client.get("/health").json()
-        return body
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown, no lifespan exit, no checkpoint."""
-        os.kill(self.pid, signal.SIGKILL)
-        self.process.wait(timeout=WAIT_S)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)  # uvicorn's graceful shutdown closes the trace store
-            try:
-                self.process.wait(timeout=WAIT_S)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=WAIT_S)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-
-def _child_environment() -> dict[str, str]:
-    env = {name: value for name, value in os.environ.items() if not name.startswith(("TASKAPP_", "MODAL_"))}
-    for name in _OWN:
-        env.pop(name, None)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH", "")]))
-    return env
-
-
-@contextmanager
-def server_process(log_dir: Path, *, prefix: Sequence[str] = (), **settings: Any) -> Iterator[ServerProcess]:
-    """The task app with `Settings(environment_api_key=TEST_KEY, warm_up=False, **settings)` in a child
-    process (optionally started through `prefix`, e.g. `unshare -m ...`), ready when this yields."""
-    values = {"environment_api_key": TEST_KEY, "warm_up": False, **settings}
-    command = [*prefix, sys.executable, "-m", "benchmarks.app_server", "--settings", json.dumps(values, default=str)]
-    log_path = log_dir / f"server-{uuid.uuid4().hex[:8]}.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=_child_environment(),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-        )
-    assert process.stdout is not None
-    served = ServerProcess(process, "", log_path)
-    try:
-        line = first_line(process, START_TIMEOUT_S)
-        assert line, f"the server did not print its port: {log_path.read_text()[-2000:]}"
-        served.base_url = f"http://127.0.0.1:{json.loads(line)['port']}"
-
-        def ready() -> bool:
-            assert process.poll() is None, f"the server exited: {log_path.read_text()[-2000:]}"
-            with suppress(httpx.TransportError):
-                return httpx.get(served.base_url + "/health", timeout=2.0, trust_env=False).status_code == 200
-            return False
-
-        wait_until(ready, timeout=START_TIMEOUT_S, interval=0.02)
-        yield served
-    finally:
-        served.stop()
-        assert_no_key_material(log_path.read_text(errors="replace"), SECRETS)
 
 
 def namespaces_available() -> bool:

@@ -347,6 +347,7 @@ def test_the_image_environment_reproduces_the_config_in_the_container() -> None:
     assert "TASKAPP_RUBRICS_DIR" not in env  # the app reads the rubrics its package carries
     assert env["TASKAPP_MAX_TIME_S"] == "3600"
     assert env["TASKAPP_MAX_CONCURRENT_ROLLOUTS"] == "64"
+    assert env["TASKAPP_STATE_BACKEND"] == "modal-dict:crafter-task-app-state"  # env sessions span containers
 
 
 # --- the image -------------------------------------------------------------------------------------
@@ -520,6 +521,7 @@ def test_factory_app_serves_a_rollout_with_image_rubrics_and_synced_traces(
         settings = web_app.state.task_app.settings
         assert settings.traces_db == tmp_path / "local-disk" / "ta-01OFFLINE_test.db"
         assert settings.max_concurrent_rollouts == modal_app.CONFIG.max_inputs
+        assert web_app.state.task_app.sessions.store.name == "modal-dict"  # env sessions in the shared Dict
     assert [record.headers["authorization"] for record in fake_model.requests] == [f"Bearer {OPENAI_KEY}"] * 8
 
     copied = volume / "ta-01OFFLINE_test.db"  # written by the final sync at shutdown

@@ -1,17 +1,21 @@
 """The exception hierarchy of the task app, free of HTTP machinery.
 
     TaskAppError                      status, code, message, details, headers   retryable
+    ├── BadRequest           400      a body that is not JSON (OpenEnv routes)  no
     ├── InvalidRequest       422      a client mistake in the body or query     no
     │   └── UnknownName      422      env_name / policy_name we do not serve
     ├── Unauthorized         401                                                no
     ├── NotConfigured        503      a key the endpoint needs is not configured no
     ├── NotFound             404                                                no
     ├── Conflict             409      run_id already running                    yes (later: the cached response)
-    ├── CapacityExceeded     429      too many rollouts in flight (Retry-After) yes
+    ├── Gone                 410      an env session that expired               no
+    ├── RateLimited          429      a cap or a rate was reached (Retry-After) yes
+    │   └── CapacityExceeded 429      too many rollouts in flight
     ├── UpstreamRefused      4xx      a vendor refused the caller's request     no
     ├── UpstreamRateLimited  429      a vendor's rate limit (Retry-After)       yes
     ├── UpstreamError        502      a model server / vendor answered badly    yes, unless x-should-retry: false
-    └── UpstreamTimeout      504                                                yes
+    ├── UpstreamTimeout      504                                                yes
+    └── StoreUnavailable     503      the state store (TASKAPP_STATE_BACKEND)   yes
 
 `retryable` tells a trainer whether sending the same request again can succeed; every error body
 carries it (`error.retryable`), and it agrees with an `x-should-retry: false` header the error sends.
@@ -39,6 +43,12 @@ class TaskAppError(Exception):
         self.headers = dict(headers or {})  # sent with the error (Retry-After, x-should-retry)
         self.details = details
         self.retryable = type(self).retryable and self.headers.get("x-should-retry") != "false"
+
+
+class BadRequest(TaskAppError):
+    status = 400
+    code = "bad_request"
+    retryable = False
 
 
 class InvalidRequest(TaskAppError):
@@ -74,14 +84,28 @@ class Conflict(TaskAppError):
     code = "conflict"
 
 
-class CapacityExceeded(TaskAppError):
+class Gone(TaskAppError):
+    status = 410
+    code = "gone"
+    retryable = False
+
+
+class RateLimited(TaskAppError):
     status = 429
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after_s: int = 1, code: str | None = None, **details: Any) -> None:
+        self.retry_after_s = max(1, retry_after_s)
+        super().__init__(message, code=code, headers={"Retry-After": str(self.retry_after_s)}, **details)
+
+
+class CapacityExceeded(RateLimited):
     code = "capacity_exceeded"
 
     def __init__(self, active: int, limit: int, retry_after_s: int = 1) -> None:
         super().__init__(
             f"{active} rollouts are in flight, the limit is {limit}; retry later",
-            headers={"Retry-After": str(retry_after_s)},
+            retry_after_s=retry_after_s,
             active=active,
             limit=limit,
         )
@@ -112,6 +136,11 @@ class UpstreamError(TaskAppError):
 class UpstreamTimeout(TaskAppError):
     status = 504
     code = "upstream_timeout"
+
+
+class StoreUnavailable(TaskAppError):
+    status = 503
+    code = "state_store_unavailable"
 
 
 # --- client values inside messages: bounded, and in JSON's words (a message never says "None") ------

@@ -13,6 +13,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MAX_SEED = 2**31 - 1
+STATE_BACKEND_PATTERN = r"^(memory|sqlite:.+|modal-dict:[A-Za-z0-9._-]{1,64})$"
 
 
 def _csv(value: object) -> object:
@@ -96,6 +97,21 @@ class Settings(BaseSettings):
     trace_queue_size: int = Field(default=1024, ge=1)
     traces_cache_mb: int = Field(default=64, ge=1, le=65_536, description="SQLite page cache of the trace store")
     rubrics_dir: Path | None = None
+
+    # --- env sessions (the step API, OpenEnv) and the state store ------------------------------
+    state_backend: str = Field(
+        default="memory", pattern=STATE_BACKEND_PATTERN, description="memory | sqlite:PATH | modal-dict:NAME"
+    )
+    sessions_max_live: int = Field(default=256, ge=1, le=100_000, description="live envs per process")
+    sessions_max_envs: int = Field(default=10_000, ge=1, le=1_000_000, description="envs in the state store")
+    sessions_max_steps: int = Field(default=20_000, ge=1, description="step and reset calls per env")
+    sessions_max_snapshots: int = Field(default=16, ge=1, le=1000, description="unexpired snapshots per env")
+    sessions_max_children: int = Field(default=64, ge=1, le=1024, description="new envs per /branch call")
+    sessions_ttl_s: float = Field(default=3600.0, ge=1, description="idle time to live of an env; snapshot lifetime")
+    sessions_rate_per_s: float = Field(default=1000.0, gt=0, description="requests per second per env, per process")
+    sessions_checkpoint_every: int = Field(default=50, ge=1, description="a checkpoint every N log entries")
+    openenv_max_sessions: int = Field(default=64, ge=1, description="OpenEnv WebSocket sessions per process")
+    openenv_token_ttl_s: float = Field(default=3600.0, ge=1, description="longest OpenEnv session-token lifetime")
 
     @field_validator("environment_api_key_aliases", "cors_origins", "inference_allowed_hosts", mode="before")
     @classmethod

@@ -129,6 +129,10 @@ class WorldFactory:
                 blank = self._blanks[(area, length)] = self._dumps(env)
         return self._loads(blank)
 
+    def blank(self, area: tuple[int, int], length: int) -> GameEnv:
+        """A constructed, never reset env (textures shared): what a checkpoint is loaded into."""
+        return self._blank((area[0], area[1]), length)
+
     def generate(self, seed: int, area: tuple[int, int], length: int) -> GameEnv:
         """A freshly generated world, bypassing the cache."""
         env = self._blank(area, length)

@@ -6,8 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, StrictInt, field_validator
 
+from ..game.bounds import MAX_IMAGE_SIZE, MIN_IMAGE_SIZE
+
 DEFAULT_DECISIONS = 10
-MAX_IMAGE_SIZE = 512
 HISTORY_TURNS, MAX_HISTORY_TURNS = 32, 1000
 HISTORY_BYTES, MAX_HISTORY_BYTES = 128 * 1024, 16 * 1024 * 1024
 # What the app itself builds into every request: extra_body cannot replace them.
@@ -33,7 +34,7 @@ class PolicyConfig(BaseModel):
     max_llm_calls: StrictInt = Field(default=DEFAULT_DECISIONS, ge=1)
     use_vision: bool = False
     image_only_mode: bool = False
-    image_size: StrictInt = Field(default=64, ge=16, le=MAX_IMAGE_SIZE)
+    image_size: StrictInt = Field(default=64, ge=MIN_IMAGE_SIZE, le=MAX_IMAGE_SIZE)
     trace_correlation_id: str | None = None
     trace: str | None = None
     step_rewards: dict[str, Any] | None = None

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from ..core.contracts import RolloutRequest
 from ..core.errors import InvalidRequest, UnknownName, json_kind, quoted
 from ..core.settings import Settings
+from ..game.bounds import MAX_AREA_SIDE, MAX_EPISODE_LENGTH, MIN_AREA_SIDE, valid_area
 from ..policy.config import PolicyConfig
 from ..policy.inference import PROVIDER_CUSTOM, chat_completions_url, provider_of, vendor_url
 from .rewards import StepRewardConfig
@@ -31,8 +32,6 @@ AGENT, ENV = "agent", "env"
 _OP_ALIASES = {"agent": AGENT, "policy": AGENT, "model": AGENT, "env": ENV, "environment": ENV, "step": ENV}
 _TRACE_PARAMS = ("cid", "trace", "trace_correlation_id")
 _NOT_IN_URL = re.compile(r"[\s\x00-\x1f\x7f]")  # whitespace and control characters (header injection, typos)
-MAX_AREA = 256
-MAX_EPISODE_LENGTH = 1_000_000  # env steps; also bounds decisions per episode (each takes at least one step)
 
 
 class EnvParams(BaseModel):
@@ -275,8 +274,10 @@ def _seed(request: RolloutRequest, settings: Settings) -> int:
 
 def _area(env_config: EnvConfig, settings: Settings) -> tuple[int, int]:
     area = env_config.area or settings.area
-    if not all(9 <= side <= MAX_AREA for side in area):  # one screen is 9 tiles wide
-        raise InvalidRequest(f"env.config.area sides must be in [9, {MAX_AREA}]", code="invalid_env_config")
+    if not valid_area(area):
+        raise InvalidRequest(
+            f"env.config.area sides must be in [{MIN_AREA_SIDE}, {MAX_AREA_SIDE}]", code="invalid_env_config"
+        )
     return (int(area[0]), int(area[1]))
 
 

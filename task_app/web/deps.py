@@ -1,4 +1,9 @@
-"""FastAPI dependencies: shared objects the lifespan put on `app.state`, and the auth guard."""
+"""FastAPI dependencies: shared objects the lifespan put on `app.state`, and the auth guard.
+
+They are `async def` although they never await: FastAPI runs a plain `def` dependency in its thread
+pool, a thread handoff per dependency per request (benchmarks/ B6, one client stepping one env, four
+alternated A/B runs: /step server CPU 2.75 -> 2.46 ms, median).
+"""
 
 from __future__ import annotations
 
@@ -12,21 +17,25 @@ from .auth import check_api_key
 from .state import AppState
 
 
-def get_state(request: Request) -> AppState:
+def _state(request: Request) -> AppState:
     state: AppState = request.app.state.task_app
     return state
 
 
-def get_settings(request: Request) -> Settings:
-    return get_state(request).settings
+async def get_state(request: Request) -> AppState:
+    return _state(request)
 
 
-def get_service(request: Request) -> RolloutService:
-    return get_state(request).service
+async def get_settings(request: Request) -> Settings:
+    return _state(request).settings
 
 
-def require_api_key(request: Request) -> None:
-    check_api_key(request, get_state(request).settings)
+async def get_service(request: Request) -> RolloutService:
+    return _state(request).service
+
+
+async def require_api_key(request: Request) -> None:
+    check_api_key(request, _state(request).settings)
 
 
 StateDep = Annotated[AppState, Depends(get_state)]

@@ -23,12 +23,16 @@ _WHY = {
     400: "the body is not valid JSON (`invalid_json`: syntax, encoding, NaN, nesting over 1024), or (proxies) "
     "the vendor refused the request: its status and sanitised error",
     401: "API key missing or invalid (`unauthorized`)",
-    404: "no such run (`run_not_found`, `not_found`), or (proxies) the vendor's 404, e.g. an unknown model",
-    409: "the run is still running (`run_in_progress`) or cannot be replayed (`not_replayable`)",
+    404: "no such run, env or snapshot (`run_not_found`, `env_not_found`, `snapshot_not_found`, `not_found`), or "
+    "(proxies) the vendor's 404, e.g. an unknown model",
+    409: "the run is still running (`run_in_progress`) or cannot be replayed (`not_replayable`); the env is "
+    "being stepped elsewhere (`env_busy`) or took its last step (`env_step_limit`)",
+    410: "the env expired after being idle (`env_expired`)",
     413: "the request body is larger than TASKAPP_MAX_BODY_BYTES (`payload_too_large`)",
     422: "a client mistake in the body, query or path (`invalid_request` or a more precise code; proxies: also "
     "the vendor's 422)",
-    429: "too many rollouts in flight (`capacity_exceeded`), or (proxies) the vendor's rate limit; retry after "
+    429: "a cap or rate was reached (`capacity_exceeded`, `too_many_envs`, `too_many_live_envs`, "
+    "`too_many_snapshots`, `env_rate_limited`), or (proxies) the vendor's rate limit; retry after "
     "`Retry-After` seconds",
     502: "the vendor answered badly, refused this app's key or could not be reached (`<vendor>_error`, "
     "`<vendor>_key_refused`, `<vendor>_unreachable`, ...); `x-should-retry: false` when a retry cannot help",

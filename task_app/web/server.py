@@ -22,13 +22,15 @@ from ..rollout.registry import RunRegistry
 from ..service.policies import PolicyFactoryBuilder
 from ..service.rollouts import RolloutService
 from ..service.taskset import Taskset, TraitsCache
+from ..sessions.runtime import open_sessions
 from ..tracing.recording import TraceRecorder
 from .handlers import install_error_handlers
 from .limits import BodySizeLimit
 from .loop_lag import LoopLagProbe
 from .openapi import PROTECTED, errors
+from .redaction import tokens_kept_out_of_server_logs
 from .responses import JSONBytes
-from .routes import health, info, proxy, rollout, runs, view
+from .routes import envs, health, info, openenv, proxy, rollout, runs, view
 from .state import AppState
 
 logger = logging.getLogger(__name__)
@@ -60,7 +62,10 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     if settings.warm_up:
         await offload(worlds.warm_up)
     loop_lag = LoopLagProbe(settings.loop_lag_probe_s) if settings.loop_lag_probe_s > 0 else None
-    async with open_session(settings.inference_max_connections) as http:
+    async with (
+        open_session(settings.inference_max_connections) as http,
+        open_sessions(settings, worlds, offload) as sessions,
+    ):
         recorder = TraceRecorder(settings, offload)
         await recorder.start()
         if loop_lag is not None:
@@ -80,10 +85,11 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                 recorder=recorder,
                 service=service,
                 offload=offload,
+                sessions=sessions,
                 loop_lag=loop_lag,
             )
             logger.info("task app ready: %s", settings.service_id)
-            with _start_up_objects_frozen():
+            with _start_up_objects_frozen(), tokens_kept_out_of_server_logs():
                 yield
         finally:
             if loop_lag is not None:
@@ -101,8 +107,9 @@ def create_app(settings: Settings) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
-    for router in (health.router, info.router, proxy.router, rollout.router, runs.router):
+    for router in (health.router, info.router, proxy.router, rollout.router, runs.router, envs.root, envs.hosted):
         app.include_router(router)
+    openenv.install(app)
     # The viewer's HTML route, with its JSON errors declared for the OpenAPI schema.
     app.include_router(view.router, responses=errors(*PROTECTED, 404, 409, 422, html_route=True))
     install_error_handlers(app)

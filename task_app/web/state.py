@@ -13,6 +13,7 @@ from ..game import WorldFactory
 from ..rollout.registry import RunRegistry
 from ..service.rollouts import RolloutService
 from ..service.taskset import Taskset, TraitsCache
+from ..sessions.runtime import SessionServices
 from ..tracing.recording import TraceRecorder
 from .loop_lag import LoopLagProbe
 
@@ -29,4 +30,5 @@ class AppState:
     recorder: TraceRecorder
     service: RolloutService
     offload: Offload
+    sessions: SessionServices  # env sessions, their state store, OpenEnv tokens and WebSocket cap
     loop_lag: LoopLagProbe | None = None  # set when TASKAPP_LOOP_LAG_PROBE_S > 0

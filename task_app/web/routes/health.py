@@ -30,6 +30,7 @@ def health_body(state: AppState) -> tuple[int, dict[str, Any]]:
         "storage": storage,
         "rollouts": {"active": state.registry.active, "limit": state.registry.max_active},
         "world_cache": {"size": len(state.worlds), "hits": state.worlds.hits, "misses": state.worlds.misses},
+        "sessions": {**state.sessions.envs.stats(), "websockets": state.sessions.websockets.active},
         # Counts only (no names, no stacks): what a soak test watches for leaks. The tasks include
         # this request's own and the server's (lifespan, trace writer, one per request in flight).
         "runtime": {"tasks": len(asyncio.all_tasks()), "threads": threading.active_count()},

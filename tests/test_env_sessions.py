@@ -1,0 +1,262 @@
+"""EnvSessions in one test process: rebuilds identical to the live env, two "containers" stepping one env
+(modal-dict double, with latency) without forking it, expiry, every cap, the reaper. The same over
+real servers and processes: test_env_routes.py, test_env_fleet.py."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from helpers import FakeModalDict, game_state
+
+from task_app.core.errors import Conflict, Gone, InvalidRequest, NotFound, RateLimited
+from task_app.game import ACTIONS, Game, WorldFactory
+from task_app.sessions import EnvSessions, EnvSpec, SessionLimits
+from task_app.sessions.records import log_key
+from task_app.store import StateStore
+from task_app.store.memory import MemoryStore
+from task_app.store.modal_dict import ModalDictStore
+from task_app.store.sqlite import SqliteStore
+
+pytestmark = pytest.mark.anyio
+
+SPEC = EnvSpec("crafter", 11, (64, 64), 10_000, None, "test")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def call(*actions: str) -> list[dict[str, Any]]:
+    return [{"tool": "interact_many", "args": {"actions": list(actions)}}]
+
+
+def moves(seed: int, count: int) -> list[list[dict[str, Any]]]:
+    rng = random.Random(seed)
+    return [call(*(rng.choice(ACTIONS) for _ in range(rng.randint(1, 3)))) for _ in range(count)]
+
+
+def live_game(manager: EnvSessions, env_id: str) -> Game:
+    live = manager.live.get(env_id)
+    assert live is not None
+    return live.game
+
+
+def sessions(store: StateStore, worlds: WorldFactory, **limits: Any) -> EnvSessions:
+    return EnvSessions(store, worlds, SessionLimits(**{"checkpoint_every": 10, "rate_per_s": 1e6, **limits}))
+
+
+async def test_a_rebuilt_env_is_the_live_env(worlds: WorldFactory, tmp_path: Path) -> None:
+    store = await SqliteStore(tmp_path / "state.db").open()
+    try:
+        live = sessions(store, worlds)
+        env_id = (await live.create(SPEC)).env_id
+        for tool_calls in moves(1, 137):
+            view = await live.step(env_id, tool_calls)
+            if view.done:
+                await live.reset(env_id, None)
+        cached = live.live.get(env_id)
+        fresh = sessions(store, worlds)  # another process: nothing live
+        state = await fresh.state(env_id)
+        rebuilt = fresh.live.get(env_id)
+        assert cached is not None and rebuilt is not None
+        assert game_state(rebuilt.game) == game_state(cached.game)
+        assert (rebuilt.head, rebuilt.episode) == (cached.head, cached.episode)
+        assert state.observation.text == (await live.state(env_id)).observation.text
+        assert fresh.counters["rebuilds"] == 1
+        assert fresh.counters["replayed"] <= 10  # from the latest checkpoint, at most K entries
+    finally:
+        await store.close()
+
+
+async def test_two_containers_stepping_one_env_never_fork_it(worlds: WorldFactory) -> None:
+    """Both hammer the same env at once through a modal.Dict double with 5 ms calls: every step lands
+    at its own log index, and both end on the state a replay of the log gives."""
+    fake = FakeModalDict(latency_s=0.005)
+    first, second = sessions(ModalDictStore(fake), worlds), sessions(ModalDictStore(fake), worlds)
+    env_id = (await first.create(SPEC)).env_id
+    step_counts: list[int] = []
+
+    async def stepper(manager: EnvSessions) -> None:
+        for _ in range(20):
+            step_counts.append((await manager.step(env_id, call("noop"))).step_idx)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(stepper, first)
+        group.start_soon(stepper, second)
+    assert sorted(step_counts) == list(range(1, 41))  # 40 steps, each answered from its own position
+    assert first.counters["conflicts"] + second.counters["conflicts"] > 0  # they did collide
+    await first.state(env_id)
+    await second.state(env_id)
+    replayed = sessions(ModalDictStore(fake), worlds)
+    await replayed.state(env_id)
+    states = [game_state(live_game(manager, env_id)) for manager in (first, second, replayed)]
+    assert states[0] == states[1] == states[2]
+    assert fake.get(log_key(env_id, 40)) is None and fake.get(log_key(env_id, 39)) is not None
+
+
+async def test_alternating_processes_give_the_trajectory_of_one(worlds: WorldFactory) -> None:
+    store = MemoryStore()
+    one, other = sessions(store, worlds), sessions(store, worlds)
+    alone = sessions(MemoryStore(), worlds)
+    shared_id, alone_id = (await one.create(SPEC)).env_id, (await alone.create(SPEC)).env_id
+    for index, tool_calls in enumerate(moves(2, 60)):
+        a = await (one if index % 2 else other).step(shared_id, tool_calls)
+        b = await alone.step(alone_id, tool_calls)
+        assert (a.observation.text, a.observation.data, a.reward, a.done) == (
+            b.observation.text,
+            b.observation.data,
+            b.reward,
+            b.done,
+        )
+
+
+async def test_idle_envs_expire_and_free_their_slot(worlds: WorldFactory) -> None:
+    clock = Clock()
+    manager = sessions(MemoryStore(clock), worlds, ttl_s=100, max_envs=1)
+    env_id = (await manager.create(SPEC)).env_id
+    clock.now += 50
+    await manager.step(env_id, call("noop"))  # refreshes the slot (more than 10 % of the TTL passed)
+    clock.now += 95
+    await manager.step(env_id, call("noop"))  # 95 s idle: still alive
+    clock.now += 101
+    with pytest.raises(Gone) as expired:
+        await manager.step(env_id, call("noop"))
+    assert expired.value.code == "env_expired"
+    with pytest.raises(Gone):
+        await sessions(manager.store, worlds, ttl_s=100).state(env_id)  # from any process
+    await manager.create(SPEC)  # the slot is free again
+
+
+@pytest.mark.parametrize("env_id", ["", "short", "has/slash-and-more-characters", "x" * 65, "A" * 22])
+async def test_ids_that_name_nothing_are_not_found(worlds: WorldFactory, env_id: str) -> None:
+    manager = sessions(MemoryStore(), worlds)
+    with pytest.raises(NotFound) as missing:
+        await manager.step(env_id, call("noop"))
+    assert missing.value.code == "env_not_found"
+    with pytest.raises(NotFound) as no_snapshot:
+        await manager.restore(env_id)
+    assert no_snapshot.value.code == "snapshot_not_found"
+
+
+async def test_the_store_cap_and_the_step_cap(worlds: WorldFactory) -> None:
+    manager = sessions(MemoryStore(), worlds, max_envs=2, max_steps=3)
+    first = (await manager.create(SPEC)).env_id
+    await manager.create(SPEC)
+    with pytest.raises(RateLimited) as full:
+        await manager.create(SPEC)
+    assert (full.value.code, full.value.retry_after_s) == ("too_many_envs", 5)
+    await manager.terminate(first)
+    third = (await manager.create(SPEC)).env_id
+    for _ in range(2):
+        await manager.step(third, call("noop"))
+    await manager.reset(third, 4)  # resets count: they are log entries too
+    with pytest.raises(Conflict) as limit:
+        await manager.step(third, call("noop"))
+    assert limit.value.code == "env_step_limit"
+
+
+async def test_snapshots_per_env_are_capped_until_the_oldest_expires(worlds: WorldFactory) -> None:
+    clock = Clock()
+    manager = sessions(MemoryStore(clock), worlds, max_snapshots=2, ttl_s=100)
+    env_id = (await manager.create(SPEC)).env_id
+    await manager.snapshot(env_id)
+    clock.now += 30
+    await manager.snapshot(env_id)
+    with pytest.raises(RateLimited) as full:
+        await manager.snapshot(env_id)
+    assert full.value.code == "too_many_snapshots"
+    assert full.value.retry_after_s == 70  # when the first snapshot expires
+    clock.now += 71
+    await manager.step(env_id, call("noop"))
+    await manager.snapshot(env_id)
+
+
+async def test_requests_per_env_are_rate_limited(worlds: WorldFactory) -> None:
+    now = [0.0]
+    manager = EnvSessions(MemoryStore(), worlds, SessionLimits(rate_per_s=2), monotonic=lambda: now[0])
+    env_id = (await manager.create(SPEC)).env_id
+    await manager.step(env_id, call("noop"))
+    await manager.step(env_id, call("noop"))
+    with pytest.raises(RateLimited) as limited:
+        await manager.step(env_id, call("noop"))
+    assert (limited.value.code, limited.value.retry_after_s) == ("env_rate_limited", 1)
+    now[0] += 0.5
+    await manager.step(env_id, call("noop"))
+
+
+async def test_live_envs_in_use_are_never_evicted(worlds: WorldFactory) -> None:
+    release, entered, hold = anyio.Event(), anyio.Event(), [False]
+
+    async def slow_offload(fn: Callable[[], Any]) -> Any:
+        if hold[0]:  # the step's worker-thread job, while the step holds the env's lock
+            hold[0] = False
+            entered.set()
+            await release.wait()
+        return fn()
+
+    manager = EnvSessions(MemoryStore(), worlds, SessionLimits(max_live=1), offload=slow_offload)
+    env_id = (await manager.create(SPEC)).env_id
+    hold[0] = True
+    async with anyio.create_task_group() as group:
+        group.start_soon(manager.step, env_id, call("noop"))
+        await entered.wait()
+        with pytest.raises(RateLimited) as busy:
+            await manager.create(SPEC)
+        assert busy.value.code == "too_many_live_envs"
+        release.set()
+    await manager.create(SPEC)  # idle now: evicted to make room
+    assert (await manager.state(env_id)).step_idx == 1  # and rebuilt on demand
+
+
+async def test_snapshots_restore_and_branches_are_independent(worlds: WorldFactory) -> None:
+    manager = sessions(MemoryStore(), worlds)
+    env_id = (await manager.create(SPEC)).env_id
+    for tool_calls in moves(3, 25):
+        await manager.step(env_id, tool_calls)
+    snapshot = await manager.snapshot(env_id)
+    children = (await manager.branch([env_id], 2))[env_id]
+    restored = await manager.restore(snapshot.snapshot_id)
+    assert len(children) == 2 and restored.env_id not in children
+    await manager.step(children[0], call("move_left", "move_left", "do"))
+    copies = [restored.env_id, children[1], env_id]
+    texts = {(await manager.state(copy)).observation.text for copy in copies}
+    assert len(texts) == 1  # untouched copies still equal the original
+    assert (await manager.state(children[0])).observation.text not in texts
+    with pytest.raises(InvalidRequest, match="at most"):
+        await manager.branch([env_id], 65)
+
+
+async def test_the_reaper_retires_lapsed_envs_and_erases_ended_ones(worlds: WorldFactory) -> None:
+    clock = Clock()
+    store = MemoryStore(clock)
+    manager = sessions(store, worlds, ttl_s=100)
+    ended = (await manager.create(SPEC)).env_id
+    lapsed = (await manager.create(SPEC)).env_id
+    for _ in range(12):
+        await manager.step(ended, call("noop"))
+    await manager.terminate(ended)
+    assert await store.scan(f"env/{ended}/log/")  # kept a while: a stale process must find its claim taken
+    clock.now += 11
+    done = await manager.maintain()
+    assert done["reaped"] == 0
+    assert await store.scan(f"env/{ended}/") == [f"env/{ended}/meta"]  # erased but the tombstone
+    clock.now += 100
+    done = await manager.maintain()
+    assert done["reaped"] == 1  # `lapsed`'s slot expired
+    with pytest.raises(Gone):
+        await sessions(store, worlds, ttl_s=100).state(lapsed)
+    clock.now += 11
+    await manager.maintain()
+    assert await store.scan(f"env/{lapsed}/") == [f"env/{lapsed}/meta"]
+    clock.now += 100
+    await store.purge()
+    assert len(store) == 0  # tombstones expire too: nothing is left
