@@ -1,10 +1,11 @@
 """World creation and the bounded cache of generated worlds.
 
 A world is a `GameEnv` after `reset()`: identical to stock `crafter.Env(area=, length=, seed=)` after
-`reset()`. Generating one costs ~50 ms with numba compiling opensimplex's noise (~0.6 s without), so
-each generated world is kept as a pickled snapshot (~100 KB, immutable bytes) keyed by
-(seed, area, length); a repeated seed unpickles its snapshot in about a millisecond. Every restore is
-a new object graph, so two rollouts on one seed never share mutable state.
+`reset()`. `worldgen` generates it with compiled whole-grid code (a few milliseconds, the GIL released
+for most of it); each generated world is also kept as a pickled snapshot (~35 KB, immutable bytes)
+keyed by (seed, area, length), and a repeated seed unpickles its snapshot in a fraction of a
+millisecond. Every restore is a new object graph, so two rollouts on one seed never share mutable
+state.
 
 The textures (read-only PNG data, ~25 ms to load per `crafter.Env()`) are shared by all worlds
 through pickle's persistent ids instead of being loaded or copied per world.
@@ -21,6 +22,8 @@ from typing import Any
 import crafter
 import numpy as np
 from crafter import engine
+
+from . import worldgen
 
 _TEXTURES_ID = "crafter-textures"
 
@@ -132,7 +135,7 @@ class WorldFactory:
         """A freshly generated world, bypassing the cache."""
         env = self._blank(area, length)
         env._seed = seed
-        env.reset()
+        worldgen.reset(env)
         return env
 
     def world(self, seed: int, area: tuple[int, int] = (64, 64), length: int = 10_000) -> GameEnv:
@@ -159,5 +162,5 @@ class WorldFactory:
         return len(self._snapshots)
 
     def warm_up(self) -> None:
-        """Compile (or load from numba's cache) the noise functions by generating one small world."""
+        """Compile (or load from numba's cache) the generator's kernels by generating one small world."""
         self.generate(0, (16, 16), 100)
