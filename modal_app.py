@@ -310,8 +310,9 @@ def warm_up() -> None:
     """The heavy imports, and numba's kernels compiled (or loaded from the image's cache) by one small world."""
     import task_app.web.server  # noqa: F401 - fastapi, pydantic models, crafter, numpy, numba, aiosqlite, aiohttp
     from task_app.game import WorldFactory
+    from task_app.game import warm_up as warm_game
 
-    WorldFactory(cache_size=0).warm_up()
+    warm_game(WorldFactory(cache_size=0))
 
 
 def build_app(commit: Commit | None = None) -> FastAPI:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import crafter
 
-from task_app.game import Game, Observation, WorldFactory
+from task_app.game import Game, Observation, WorldFactory, warm_up
 from task_app.game.actions import ACTION_IDS, plan_from_names
 
 from .client import rollout_body, run_sync
@@ -99,7 +99,7 @@ def run(repetitions: int, quick: bool) -> list[Figure]:
     rollouts, decisions = (4, 50) if quick else (10, 50)
     seeds = [7000 + index for index in range(rollouts)]
     factory = WorldFactory(cache_size=len(seeds) + 1)
-    factory.warm_up()
+    warm_up(factory)
     for seed in seeds:
         factory.world(seed, AREA, LENGTH)
     figures: list[Figure] = []

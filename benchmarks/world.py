@@ -37,7 +37,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from task_app.game import ACTIONS, Game, WorldFactory
+from task_app.game import ACTIONS, Game, WorldFactory, warm_up
 from task_app.game.actions import plan_from_names
 
 AREA = (64, 64)
@@ -129,7 +129,7 @@ def run(repeats: int, quick: bool) -> dict[str, Metric]:
     }
     resets, segments = (4, 2) if quick else (12, 6)
     factory = WorldFactory(cache_size=64)
-    factory.warm_up()
+    warm_up(factory)
     factory.generate(0, AREA, LENGTH)  # first full-size world: numba cache loaded, textures resized
     crafter.Env(area=AREA, length=LENGTH, seed=0).reset()
     cached_seeds = [1, 2, 3]

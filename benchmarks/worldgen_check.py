@@ -24,7 +24,7 @@ from typing import Any
 import crafter
 import numpy as np
 
-from task_app.game import GameEnv, WorldFactory, worldgen
+from task_app.game import GameEnv, WorldFactory, warm_up, worldgen
 
 _REFERENCES = ("world", "random", "player")
 COMPARE_EVERY = 100
@@ -88,7 +88,7 @@ def _parse_areas(text: str) -> list[tuple[int, int]]:
 
 def check(seeds: list[int], areas: list[tuple[int, int]], steps: int, step_every: int) -> dict[str, Any]:
     factory = WorldFactory(cache_size=0)
-    factory.warm_up()
+    warm_up(factory)
     compared = stepped = 0
     mismatches: list[dict[str, Any]] = []
     started = time.perf_counter()

@@ -21,7 +21,7 @@ import pytest
 from fastapi import FastAPI
 
 from task_app.core.settings import Settings
-from task_app.game import WorldFactory
+from task_app.game import WorldFactory, warm_up
 from task_app.web.local_server import serve_in_thread
 from task_app.web.server import create_app
 from task_app.web.state import AppState
@@ -90,7 +90,7 @@ def clean_environ() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def worlds() -> WorldFactory:
     factory = WorldFactory(cache_size=64)
-    factory.warm_up()
+    warm_up(factory)
     return factory
 
 

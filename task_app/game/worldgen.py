@@ -25,15 +25,13 @@ from __future__ import annotations
 import ctypes
 import functools
 import math
-from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import numpy as np
 from crafter import constants, objects
-from numba import njit
 from opensimplex.internals import _noise3
 
-_F = TypeVar("_F", bound=Callable[..., Any])
+from .jit import compiled
 
 _ID = {name: index + 1 for index, name in enumerate(constants.materials)}  # World._mat_ids
 _WATER, _GRASS, _STONE, _PATH, _SAND, _TREE, _LAVA, _COAL, _IRON, _DIAMOND = (
@@ -44,11 +42,7 @@ _COW, _ZOMBIE, _SKELETON = 0, 1, 2
 _MOUNTAIN_NORM = float(sum({15: 1, 5: 0.3}.values()))
 
 
-def _compiled(function: _F) -> _F:
-    return cast(_F, njit(cache=True, nogil=True)(function))
-
-
-@_compiled
+@compiled
 def _permutation(seed: int) -> tuple[np.ndarray, np.ndarray]:
     """opensimplex's `_init(seed)`: the permutation and the 3D gradient index (int64 wrap-around kept)."""
     perm = np.zeros(256, dtype=np.int64)
@@ -92,7 +86,7 @@ _START, _WATER15, _WATER5, _MOUNTAIN15, _MOUNTAIN5, _CAVE, _HTUNNEL, _VTUNNEL = 
 _COAL_NOISE, _IRON_NOISE, _LAVA_NOISE, _SAND_NOISE, _TREE_NOISE = range(8, 13)
 
 
-@_compiled
+@compiled
 def _fill(out: np.ndarray, perm: np.ndarray, grad: np.ndarray, spec: np.ndarray, mask: np.ndarray) -> None:
     """One noise field (a row of _FIELDS) on the tiles of `mask`; neighbouring tiles share branches."""
     z, x_factor, x_div, x_div2, y_factor, y_div, y_div2 = spec[0], spec[1], spec[2], spec[3], spec[4], spec[5], spec[6]
@@ -103,7 +97,7 @@ def _fill(out: np.ndarray, perm: np.ndarray, grad: np.ndarray, spec: np.ndarray,
                 out[x, y] = _noise3(x_factor * x / x_div / x_div2, y_factor * y / y_div / y_div2, z, perm, grad)
 
 
-@_compiled
+@compiled
 def _start_exponents(perm: np.ndarray, grad: np.ndarray, width: int, height: int, px: int, py: int) -> np.ndarray:
     """`-start` of every tile before crafter's sigmoid: -(4 - dist + 2 * simplex(x, y, 8, 3))."""
     noise = np.zeros((width, height), dtype=np.float64)
@@ -117,7 +111,7 @@ def _start_exponents(perm: np.ndarray, grad: np.ndarray, width: int, height: int
     return out
 
 
-@_compiled
+@compiled
 def _fill_water_and_mountain(noise: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Crafter's `water` and `mountain` of every tile, from their noise fields and `start`."""
     width, height = start.shape
@@ -137,7 +131,7 @@ def _fill_water_and_mountain(noise: np.ndarray, start: np.ndarray) -> tuple[np.n
     return water, mountain
 
 
-@_compiled
+@compiled
 def _ore(noise: np.ndarray, mountain: float, next_double: Any, state: int) -> int:
     """The end of crafter's mountain chain, where it draws: coal, iron, diamond, lava or stone."""
     if noise[_COAL_NOISE] > 0 and next_double(state) > 0.85:
@@ -151,7 +145,7 @@ def _ore(noise: np.ndarray, mountain: float, next_double: Any, state: int) -> in
     return _STONE
 
 
-@_compiled
+@compiled
 def _terrain(
     perm: np.ndarray, grad: np.ndarray, exponentials: np.ndarray, next_double: Any, state: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -201,7 +195,7 @@ def _terrain(
     return materials, tunnels
 
 
-@_compiled
+@compiled
 def _creatures(
     materials: np.ndarray, tunnels: np.ndarray, px: int, py: int, next_double: Any, state: int
 ) -> np.ndarray:

@@ -160,7 +160,3 @@ class WorldFactory:
 
     def __len__(self) -> int:
         return len(self._snapshots)
-
-    def warm_up(self) -> None:
-        """Compile (or load from numba's cache) the generator's kernels by generating one small world."""
-        self.generate(0, (16, 16), 100)

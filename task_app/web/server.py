@@ -17,7 +17,7 @@ from ..core.offload import limited_offload
 from ..core.outbound import open_session
 from ..core.rubrics import load_rubrics
 from ..core.settings import Settings
-from ..game import WorldFactory
+from ..game import WorldFactory, warm_up
 from ..rollout.registry import RunRegistry
 from ..service.policies import PolicyFactoryBuilder
 from ..service.rollouts import RolloutService
@@ -58,7 +58,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     offload = limited_offload(limiter)
     worlds = WorldFactory(cache_size=settings.world_cache_size)
     if settings.warm_up:
-        await offload(worlds.warm_up)
+        await offload(functools.partial(warm_up, worlds))
     loop_lag = LoopLagProbe(settings.loop_lag_probe_s) if settings.loop_lag_probe_s > 0 else None
     async with open_session(settings.inference_max_connections) as http:
         recorder = TraceRecorder(settings, offload)
