@@ -36,6 +36,8 @@ class GameEnv(crafter.Env):
     paying for the picture; `frame()` renders on demand with the world RNG left untouched.
     """
 
+    _last_health: Any  # crafter's own attribute (set by reset and step); typed for the checker
+
     def _obs(self) -> None:
         if self._world.daylight < 0.5:  # noqa: PLR2004 - crafter's night threshold in LocalView._light
             unit = self._size // self._view
@@ -47,6 +49,47 @@ class GameEnv(crafter.Env):
         # objects, whose order follows memory addresses: the same seed and actions can then give
         # different worlds. Ordering the chunk's objects by position makes the choice reproducible.
         super()._balance_chunk(chunk, sorted(objs, key=lambda obj: (int(obj.pos[0]), int(obj.pos[1]))))
+
+    def step(self, action: int) -> tuple[None, float, bool, dict[str, Any]]:
+        """Stock `Env.step` with the same effects on the world, minus the work the app never reads.
+
+        Stock crafter builds an `info` dict every step (inventory and achievement copies, a semantic
+        map; here it is empty) and measures each object's distance to the player with numpy calls per
+        object. Here the distances are one array operation, taken after the player's own update:
+        objects only move themselves and only the player's update moves the player, so each is the
+        distance stock crafter measures at that object's turn. (benchmarks.worldgen_check steps both.)
+        """
+        self._step += 1
+        self._update_time()
+        player = self._player
+        player.action = crafter.constants.actions[action]
+        objects = self._world.objects
+        if objects and objects[0] is player:  # the player is always the world's first object
+            player.update()
+            others = objects[1:]
+            if others:
+                reach = 2 * max(self._view)
+                near = np.abs(np.array([obj.pos for obj in others]) - player.pos).sum(axis=1) < reach
+                for obj, close in zip(others, near.tolist(), strict=True):
+                    if close:
+                        obj.update()
+        else:
+            for obj in objects:
+                if player.distance(obj) < 2 * max(self._view):
+                    obj.update()
+        if self._step % 10 == 0:
+            for chunk, objs in self._world.chunks.items():
+                self._balance_chunk(chunk, objs)
+        self._obs()
+        reward = (player.health - self._last_health) / 10
+        self._last_health = player.health
+        unlocked = {name for name, count in player.achievements.items() if count > 0 and name not in self._unlocked}
+        if unlocked:
+            self._unlocked |= unlocked
+            reward += 1.0
+        dead = player.health <= 0
+        over = self._length and self._step >= self._length
+        return None, (reward if self._reward else 0.0), bool(dead or over), {}
 
     def frame(self, size: int = 64) -> np.ndarray:
         """The RGB frame stock crafter would show, without advancing the world's RNG."""
