@@ -69,7 +69,7 @@ _SYMBOL_OF_ID = np.array([SYMBOLS[name] for name in SEMANTIC_NAMES])
 _DIRECTION_NAMES = {(-1, 0): "left", (1, 0): "right", (0, -1): "up", (0, 1): "down"}
 _VITALS = ("health", "food", "drink", "energy")
 _NIGHT = 0.5
-_OUTSIDE_ID = len(SEMANTIC_NAMES)  # the id `window` gives cells beyond the map in the local view
+_OUTSIDE_ID = len(SEMANTIC_NAMES)  # the id `_window` gives cells beyond the map in the local view
 _VIEW_NAMES = (*SEMANTIC_NAMES, "outside")
 _VIEW_SYMBOLS = {**SYMBOLS, "outside": OUTSIDE}
 
@@ -155,7 +155,7 @@ def _nearest_cells(semantic: np.ndarray, px: int, py: int, ids: np.ndarray) -> n
     return out
 
 
-def window(semantic: np.ndarray, pos: tuple[int, int], half_width: int, half_height: int, fill: int) -> np.ndarray:
+def _window(semantic: np.ndarray, pos: tuple[int, int], half_width: int, half_height: int, fill: int) -> np.ndarray:
     """The ids around `pos` as rows (dy, top to bottom) of columns (dx, left to right); `fill` beyond the map."""
     out = np.full((2 * half_height + 1, 2 * half_width + 1), fill, dtype=np.int64)
     x0, y0 = pos[0] - half_width, pos[1] - half_height
@@ -168,13 +168,13 @@ def window(semantic: np.ndarray, pos: tuple[int, int], half_width: int, half_hei
 
 def local_view(semantic: np.ndarray, pos: tuple[int, int]) -> list[list[str]]:
     """The 9x7 window of names around the player, rows top to bottom; `outside` beyond the map."""
-    ids = window(semantic, pos, VIEW_WIDTH // 2, VIEW_HEIGHT // 2, _OUTSIDE_ID)
+    ids = _window(semantic, pos, VIEW_WIDTH // 2, VIEW_HEIGHT // 2, _OUTSIDE_ID)
     return [[_VIEW_NAMES[index] for index in row] for row in ids.tolist()]
 
 
 def semantic_patch(semantic: np.ndarray, pos: tuple[int, int], radius: int = PATCH_RADIUS) -> list[list[int]]:
     """Square patch of ids, row = dy, column = dx, 0 outside the map (the seed's `semantic_map_patch7`)."""
-    patch: list[list[int]] = window(semantic, pos, radius, radius, 0).tolist()
+    patch: list[list[int]] = _window(semantic, pos, radius, radius, 0).tolist()
     return patch
 
 
