@@ -55,27 +55,23 @@ class GameEnv(crafter.Env):
 
         Stock crafter builds an `info` dict every step (inventory and achievement copies, a semantic
         map; here it is empty) and measures each object's distance to the player with numpy calls per
-        object. Here the distances are one array operation, taken after the player's own update:
-        objects only move themselves and only the player's update moves the player, so each is the
-        distance stock crafter measures at that object's turn. (benchmarks.worldgen_check steps both.)
+        object. Here the distances are array operations: objects only ever move themselves, at their
+        own turn, and only the player's turn moves the player, so the objects before the player (none:
+        reset adds it first) are measured against where it stood and those after it against where its
+        update left it, which is what stock crafter measures. (benchmarks.worldgen_check steps both.)
         """
         self._step += 1
         self._update_time()
         player = self._player
         player.action = crafter.constants.actions[action]
         objects = self._world.objects
-        if objects and objects[0] is player:  # the player is always the world's first object
-            player.update()
-            others = objects[1:]
-            if others:
-                reach = 2 * max(self._view)
-                near = np.abs(np.array([obj.pos for obj in others]) - player.pos).sum(axis=1) < reach
-                for obj, close in zip(others, near.tolist(), strict=True):
-                    if close:
-                        obj.update()
-        else:
-            for obj in objects:
-                if player.distance(obj) < 2 * max(self._view):
+        first = objects.index(player)
+        positions = np.array([obj.pos for obj in objects])
+        reach = 2 * max(self._view)
+        for start, stop in ((0, first), (first, first + 1), (first + 1, len(objects))):
+            near = np.abs(positions[start:stop] - player.pos).sum(axis=1) < reach
+            for obj, close in zip(objects[start:stop], near.tolist(), strict=True):
+                if close:
                     obj.update()
         if self._step % 10 == 0:
             for chunk, objs in self._world.chunks.items():
