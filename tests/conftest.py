@@ -29,7 +29,7 @@ from helpers import first_line
 
 from task_app.core.contracts import ErrorResponse
 from task_app.core.settings import Settings
-from task_app.game import WorldFactory
+from task_app.game import WorldFactory, warm_up
 from task_app.web.local_server import serve_in_thread
 from task_app.web.server import create_app
 from task_app.web.state import AppState
@@ -101,7 +101,7 @@ def clean_environ() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def worlds() -> WorldFactory:
     factory = WorldFactory(cache_size=64)
-    factory.warm_up()
+    warm_up(factory)
     return factory
 
 
