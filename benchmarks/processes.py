@@ -59,6 +59,7 @@ def rss_bytes(pid: int) -> int:
 @dataclass
 class _Profile:
     directory: Path | None = None
+    format: str = "flamegraph"  # or "raw": collapsed stacks, for `benchmarks.stacks`
     count: int = 0
 
 
@@ -177,18 +178,21 @@ def app_server(*, traces_dir: Path | None = None, **overrides: Any) -> Iterator[
 @contextmanager
 def _profiled(served: Served) -> Iterator[None]:
     """With `PROFILE.directory` set (`--profile DIR`), py-spy samples the app server while it serves
-    (threads holding the GIL only, so idle waits do not count) into a flame graph SVG."""
+    (threads holding the GIL only, so idle waits do not count) into a flame graph SVG, or with
+    `--profile-format raw` into collapsed stacks (`python -m benchmarks.stacks FILE` sums them)."""
     if PROFILE.directory is None:
         yield
         return
     PROFILE.directory.mkdir(parents=True, exist_ok=True)
     PROFILE.count += 1
-    out = PROFILE.directory / f"app_server-{PROFILE.count:02d}.svg"
+    suffix = "txt" if PROFILE.format == "raw" else "svg"
+    out = PROFILE.directory / f"app_server-{PROFILE.count:02d}.{suffix}"
     beside = Path(sys.executable).parent / "py-spy"  # the virtualenv's, when it is not activated
     executable = shutil.which("py-spy") or (str(beside) if beside.exists() else None)
     if executable is None:
         raise RuntimeError("--profile needs py-spy: pip install py-spy (it is in the dev extra)")
     command = [executable, "record", "--pid", str(served.pid), "--output", str(out), "--gil", "--threads"]
+    command += ["--format", PROFILE.format]
     spy = subprocess.Popen([*command, "--rate", "250"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield
