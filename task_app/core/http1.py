@@ -10,8 +10,8 @@ tasks and callbacks); this pool spends ~0.06 ms (benchmarks/ B1). It does only w
 no redirects, cookies, proxies, compression or streaming (`core.outbound` keeps aiohttp for streams).
 
 - Time limits: `connect_s` bounds the wait for a free connection plus connecting (TCP, TLS);
-  `read_s` the silence between two reads; `total_s` the whole exchange. One timer per exchange,
-  re-armed only when it fires early.
+  `read_s` the silence between two reads; `total_s` the whole call, from `post` to the last byte
+  (waiting, connecting and a retry included). One timer per exchange, re-armed only when it fires early.
 - A 2xx body longer than `max_bytes` is refused, from its Content-Length or while reading
   (`TooLarge`); any other body is cut after `error_bytes` and returned. Either way the connection is
   closed, never reused.
@@ -185,7 +185,8 @@ class _Connection(asyncio.Protocol):
 
     # --- one exchange ----------------------------------------------------------------------------
 
-    def send(self, request: bytes, limits: Limits) -> asyncio.Future[Reply]:
+    def send(self, request: bytes, limits: Limits, deadline: float) -> asyncio.Future[Reply]:
+        """Write `request`; the future is its answer, failed at `deadline` (loop time) at the latest."""
         transport = self.transport
         if transport is None or self.closed:  # pragma: no cover - the pool hands out open connections only
             raise Failure(TRANSPORT, "connection closed")
@@ -195,7 +196,7 @@ class _Connection(asyncio.Protocol):
         self._headers, self._body = {}, []
         self._received = self._headers_done = self._framed = self._keep_alive = False
         now = self.loop.time()
-        self._last_read, self._deadline = now, now + limits.total_s
+        self._last_read, self._deadline = now, deadline
         self._timer = self.loop.call_at(min(self._deadline, now + limits.read_s), self._check_time)
         transport.write(request)
         return waiter
@@ -250,26 +251,30 @@ class _Connection(asyncio.Protocol):
 class Pool:
     """Idle keep-alive connections per (scheme, host, port), at most `max_connections` open in all."""
 
-    def __init__(self, max_connections: int) -> None:
+    def __init__(self, max_connections: int, *, tls: ssl.SSLContext | None = None) -> None:
+        """`tls`: the context for https (default: the system's trust store, made on first use)."""
         self.max_connections = max_connections
         self._idle: dict[_Key, list[_Connection]] = {}
         self._open: set[_Connection] = set()
         self._opening = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
-        self._tls: ssl.SSLContext | None = None
+        self._tls = tls
         self._closed = False
 
     async def post(self, url: URL, content: bytes, headers: dict[str, str], limits: Limits) -> Reply:
         key, request = _request(url, content, headers)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limits.total_s  # the whole exchange: waiting, connecting, a retry
         connection = self._take(key)
         if connection is not None:
             try:
-                return await self._exchange(connection, request, limits)
+                return await self._exchange(connection, request, limits, deadline)
             except Failure as failure:
                 if connection.answered or failure.kind != TRANSPORT:
                     raise
             # the server had closed this idle connection: once more, on a new one
-        return await self._exchange(await self._connect(key, limits.connect_s), request, limits)
+        connection = await self._connect(key, max(0.0, min(limits.connect_s, deadline - loop.time())))
+        return await self._exchange(connection, request, limits, deadline)
 
     async def close(self) -> None:
         self._closed = True
@@ -282,9 +287,9 @@ class Pool:
 
     # --- the pool ------------------------------------------------------------------------------
 
-    async def _exchange(self, connection: _Connection, request: bytes, limits: Limits) -> Reply:
+    async def _exchange(self, connection: _Connection, request: bytes, limits: Limits, deadline: float) -> Reply:
         try:
-            reply = await connection.send(request, limits)
+            reply = await connection.send(request, limits, deadline)
         except BaseException:  # failed, cancelled or too large: the connection goes with the exchange
             connection.close()
             raise
@@ -336,7 +341,14 @@ class Pool:
                 while len(self._open) + self._opening >= self.max_connections and not self._evict_idle():
                     waiter = asyncio.get_running_loop().create_future()
                     self._waiters.append(waiter)
-                    await waiter
+                    try:
+                        await waiter
+                    except BaseException:  # timed out or cancelled, perhaps just after a wake-up: pass it on
+                        if waiter.done() and not waiter.cancelled():
+                            self._wake()
+                        raise
+                    if self._closed:
+                        raise Failure(TRANSPORT, "the HTTP pool is closed")
                     idle = self._take(key)  # released while we waited
                     if idle is not None:
                         return idle
