@@ -2,6 +2,7 @@
 
     with fake_model(latency_s=0.2) as model, app_server(model, tracing=True) as app:
         app.cpu_s()      # the server process's own user+system CPU seconds (/proc/<pid>/stat)
+        app.loop_cpu_s() # the same for its main thread only (the event loop)
         app.rss_bytes()  # its resident memory (/proc/<pid>/status VmRSS)
 
 Both are started with this interpreter (`python -m benchmarks.fake_model | benchmarks.app_server`),
@@ -44,9 +45,19 @@ def cpu_seconds(pid: int) -> float:
     try:
         return time.clock_gettime((~pid << 3) | _CPUCLOCK_SCHED)
     except OSError:
-        text = Path(f"/proc/{pid}/stat").read_text()
-        fields = text[text.rfind(")") + 2 :].split()
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime (fields 14, 15 of stat)
+        return _stat_cpu_s(Path(f"/proc/{pid}/stat"))
+
+
+def thread_cpu_seconds(pid: int, tid: int) -> float:
+    """CPU time of one thread of `pid` (the main thread: tid = pid), from /proc in 10 ms ticks: Linux
+    does not let another process read a thread's CPU clock."""
+    return _stat_cpu_s(Path(f"/proc/{pid}/task/{tid}/stat"))
+
+
+def _stat_cpu_s(stat: Path) -> float:
+    text = stat.read_text()
+    fields = text[text.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime (fields 14, 15 of stat)
 
 
 def rss_bytes(pid: int) -> int:
@@ -86,6 +97,10 @@ class Served:
 
     def cpu_s(self) -> float:
         return cpu_seconds(self.pid)
+
+    def loop_cpu_s(self) -> float:
+        """CPU time of the main thread: for the app server, uvicorn's event loop."""
+        return thread_cpu_seconds(self.pid, self.pid)
 
     def rss_bytes(self) -> int:
         return rss_bytes(self.pid)
