@@ -198,25 +198,20 @@ async def test_max_connections_holds_under_concurrency() -> None:
     assert server.open_most == 2 and server.connections == 2 and len(server.requests) == 8
 
 
-async def test_waiting_for_a_free_connection_is_bounded_by_connect_s() -> None:
+@pytest.mark.parametrize(
+    "limits",
+    [http1.Limits(0.2, 5.0, 10.0, 10_000, 64), http1.Limits(5.0, 5.0, 0.2, 10_000, 64)],
+    ids=["connect_s", "total_s"],
+)
+async def test_waiting_for_a_free_connection_is_bounded(limits: http1.Limits) -> None:
     async with serving(replying(answer(), delay_s=1.0)) as server, pool(max_connections=1) as p:
         held = asyncio.create_task(post(p, server))
         await asyncio.sleep(0.05)
         started = time.monotonic()
-        waited = await failure(p, server, http1.Limits(0.2, 5.0, 10.0, 10_000, 64))
+        waited = await failure(p, server, limits)
         assert waited.kind == http1.TIMEOUT and time.monotonic() - started < 0.9
         assert (await held).status == 200
     assert server.connections == 1
-
-
-async def test_the_total_limit_covers_the_wait_for_a_connection() -> None:
-    async with serving(replying(answer(), delay_s=1.0)) as server, pool(max_connections=1) as p:
-        held = asyncio.create_task(post(p, server))
-        await asyncio.sleep(0.05)
-        started = time.monotonic()
-        waited = await failure(p, server, http1.Limits(5.0, 5.0, 0.2, 10_000, 64))
-        assert waited.kind == http1.TIMEOUT and time.monotonic() - started < 0.9
-        assert (await held).status == 200
 
 
 async def test_closing_the_pool_fails_a_post_waiting_for_a_connection() -> None:
@@ -281,24 +276,34 @@ async def test_broken_http_is_a_transport_failure() -> None:
 # --- time limits ------------------------------------------------------------------------------------
 
 
-async def test_a_dripping_answer_hits_the_total_limit() -> None:
-    drip = (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", *(b"x" for _ in range(100)))
-    limits = http1.Limits(connect_s=1.0, read_s=0.5, total_s=0.3, max_bytes=10_000, error_bytes=64)
-    async with serving(replying(*drip, delay_s=0.02)) as server, pool() as p:
+@pytest.mark.parametrize(
+    ("parts", "delay_s", "limits", "says", "at_least_s"),
+    [
+        (  # a byte every 20 ms: no read is late, the whole answer is
+            (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", *(b"x" for _ in range(100))),
+            0.02,
+            http1.Limits(connect_s=1.0, read_s=0.5, total_s=0.3, max_bytes=10_000, error_bytes=64),
+            "within 0.3 s",
+            0.25,
+        ),
+        (  # the head, then silence
+            (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab", b"cd"),
+            0.5,
+            http1.Limits(connect_s=1.0, read_s=0.2, total_s=5.0, max_bytes=10_000, error_bytes=64),
+            "nothing read for 0.2 s",
+            0.15,
+        ),
+    ],
+    ids=["total", "read"],
+)
+async def test_time_limits(
+    parts: tuple[bytes, ...], delay_s: float, limits: http1.Limits, says: str, at_least_s: float
+) -> None:
+    async with serving(replying(*parts, delay_s=delay_s)) as server, pool() as p:
         started = time.monotonic()
         failed = await failure(p, server, limits)
-    assert failed.kind == http1.TIMEOUT and "0.3" in str(failed)
-    assert 0.25 < time.monotonic() - started < 1.5
-
-
-async def test_silence_after_the_head_hits_the_read_limit() -> None:
-    stalled = (b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nab", b"cd")
-    limits = http1.Limits(connect_s=1.0, read_s=0.2, total_s=5.0, max_bytes=10_000, error_bytes=64)
-    async with serving(replying(*stalled, delay_s=0.5)) as server, pool() as p:
-        started = time.monotonic()
-        failed = await failure(p, server, limits)
-    assert failed.kind == http1.TIMEOUT and "nothing read" in str(failed)
-    assert 0.15 < time.monotonic() - started < 1.5
+    assert failed.kind == http1.TIMEOUT and says in str(failed)
+    assert at_least_s < time.monotonic() - started < 1.5
 
 
 async def test_reads_that_keep_coming_reset_the_read_limit() -> None:
