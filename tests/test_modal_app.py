@@ -36,6 +36,7 @@ import modal
 import pytest
 from conftest import TEST_KEY, NonLoopbackConnection, assert_no_key_material
 from fake_model import FakeModel, tool_call
+from helpers import FakeModalDict
 from modal._image import _Image
 from modal._load_context import LoadContext
 from modal._utils.async_utils import synchronizer
@@ -43,6 +44,7 @@ from modal.mount import _Mount
 from modal_proto import api_pb2
 
 from task_app.core.rubrics import RUBRIC_FILES
+from task_app.store.modal_dict import ModalDictStore
 from task_app.web.local_server import serve_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -231,7 +233,7 @@ def test_function_info_shows_resources_secrets_volume_and_concurrency() -> None:
         "modal.Secret.from_name('openai-api-key')",
         "modal.Secret.from_name('groq-api-key')",
     ]
-    assert info.method_names == ["fastapi_app"]
+    assert info.method_names == ["fastapi_app", "run_accepted"]
 
 
 def test_deploy_request_carries_autoscaling_snapshot_and_label() -> None:
@@ -493,6 +495,8 @@ def test_factory_app_serves_a_rollout_with_image_rubrics_and_synced_traces(
     monkeypatch.setenv("TASKAPP_OPENAI_BASE_URL", fake_model.url("/v1"))
     monkeypatch.setenv("MODAL_TASK_ID", "ta-01OFFLINE/test")
     fake_model.default = tool_call("move_left", "do")
+    shared = FakeModalDict()  # the Dict the image names (the run registry and env sessions), as documented
+    monkeypatch.setattr(ModalDictStore, "from_name", classmethod(lambda cls, name: cls(shared)))
 
     with pytest.warns(UserWarning, match="will not have access to the mounted Volume"):
         web_app = modal_app.CrafterTaskApp().fastapi_app.local()
@@ -522,6 +526,7 @@ def test_factory_app_serves_a_rollout_with_image_rubrics_and_synced_traces(
         assert settings.traces_db == tmp_path / "local-disk" / "ta-01OFFLINE_test.db"
         assert settings.max_concurrent_rollouts == modal_app.CONFIG.max_inputs
         assert web_app.state.task_app.sessions.store.name == "modal-dict"  # env sessions in the shared Dict
+        assert client.get("/runs/modal-local-1").json()["status"] == "completed"  # and the run registry
     assert [record.headers["authorization"] for record in fake_model.requests] == [f"Bearer {OPENAI_KEY}"] * 8
 
     copied = volume / "ta-01OFFLINE_test.db"  # written by the final sync at shutdown
