@@ -7,6 +7,7 @@
     B5 payload      response bytes per trace format (+gzip), SQLite bytes per rollout (payload.py)
     B6 sessions     /step CPU and latency (memory, sqlite), rebuilds, WebSocket steps/s, bytes (sessions.py)
     B7 ops          server CPU of a 100000-op request vs a 2-op one; parse + plan in-process  (ops.py)
+    B8 fleet        the run registry in the state store: calls and CPU per rollout, abort across processes  (fleet.py)
     W  world        crafter resets and steps in-process (`python benchmarks/world.py`, not run here)
 
 Every benchmark starts its own app server and fake model as separate processes on 127.0.0.1 and
@@ -26,7 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import concurrency, memory, ops, overhead, payload, sessions, startup
+from . import concurrency, fleet, memory, ops, overhead, payload, sessions, startup
 from .processes import PROFILE
 from .report import RESULTS_DIR, Figure, console, markdown, table, write_json
 
@@ -38,6 +39,7 @@ SUITE: dict[str, tuple[str, Callable[[int, bool], list[Figure]]]] = {
     "B5": ("payload", payload.run),
     "B6": ("sessions", sessions.run),
     "B7": ("ops", ops.run),
+    "B8": ("fleet", fleet.run),
 }
 
 

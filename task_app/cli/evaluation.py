@@ -80,6 +80,12 @@ def _row(seed: int, run_id: str, started: float, response: httpx.Response) -> Ep
     return row
 
 
+def _progress(console: Console | None) -> Progress:
+    return Progress(
+        TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True
+    )
+
+
 async def run_rollouts(
     base_url: str,
     api_key: str,
@@ -92,14 +98,7 @@ async def run_rollouts(
     rows: list[EpisodeRow | None] = [None] * len(requests)
     limiter = anyio.Semaphore(concurrency)
     headers = {"X-API-Key": api_key}
-    progress = Progress(
-        TextColumn("rollouts"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
+    progress = _progress(console)
     async with httpx.AsyncClient(
         base_url=base_url, headers=headers, timeout=timeout_s, follow_redirects=True
     ) as client:
@@ -184,9 +183,7 @@ async def submit_rollouts(
     groups: dict[int, list[int]] = defaultdict(list)
     for index, request in enumerate(requests):
         groups[int(request["env"]["seed"])].append(index)
-    progress = Progress(
-        TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True
-    )
+    progress = _progress(console)
     deadline = anyio.current_time() + timeout_s
     async with httpx.AsyncClient(base_url=base_url, headers={"X-API-Key": api_key}, timeout=60.0) as client:
         runs = _Submitted(client, requests, concurrency)

@@ -19,6 +19,7 @@ README's "Operating it" says how to read them). One `CollectorRegistry` per app,
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -35,57 +36,52 @@ MODEL_CALL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120
 ROLLOUT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 150.0, 300.0, 600.0, 1800.0, 3600.0)
 
 
-class _Components(Collector):
-    """What the app's parts count themselves, read at scrape time."""
+@dataclass(frozen=True, slots=True)
+class Sources:
+    """The parts of the app whose own counts /metrics reads at scrape time."""
 
-    def __init__(
-        self,
-        instance: str,
-        registry: RunRegistry,
-        worlds: WorldFactory,
-        recorder: TraceRecorder,
-        sessions: SessionServices,
-    ) -> None:
-        self.instance, self.registry, self.worlds = instance, registry, worlds
-        self.recorder, self.sessions = recorder, sessions
+    instance: str
+    registry: RunRegistry
+    worlds: WorldFactory
+    recorder: TraceRecorder
+    sessions: SessionServices
+
+
+class _Components(Collector):
+    def __init__(self, sources: Sources) -> None:
+        self.sources = sources
 
     def collect(self) -> Iterator[Metric]:
+        parts = self.sources
         info = GaugeMetricFamily(
             "taskapp_process_info", "this process; instance is its id in the fleet", labels=["instance"]
         )
-        info.add_metric([self.instance], 1)
+        info.add_metric([parts.instance], 1)
         yield info
         gauges = (
-            ("taskapp_rollouts_in_flight", "rollouts running in this process", self.registry.active),
-            ("taskapp_rollouts_queued", "accepted rollouts waiting for a slot here", self.registry.queued),
-            ("taskapp_env_sessions_live", "env sessions held live here", len(self.sessions.envs.live)),
-            ("taskapp_openenv_websockets", "open OpenEnv WebSocket sessions", self.sessions.websockets.active),
+            ("taskapp_rollouts_in_flight", "rollouts running in this process", parts.registry.active),
+            ("taskapp_rollouts_queued", "accepted rollouts waiting for a slot here", parts.registry.queued),
+            ("taskapp_env_sessions_live", "env sessions held live here", len(parts.sessions.envs.live)),
+            ("taskapp_openenv_websockets", "open OpenEnv WebSocket sessions", parts.sessions.websockets.active),
         )
         for name, doc, value in gauges:
             yield GaugeMetricFamily(name, doc, value=value)
-        trace = self.recorder.health()
+        trace = parts.recorder.health()
         counters = (
-            ("taskapp_world_cache_hits", "worlds restored from the cache", self.worlds.hits),
-            ("taskapp_world_cache_misses", "worlds generated", self.worlds.misses),
+            ("taskapp_world_cache_hits", "worlds restored from the cache", parts.worlds.hits),
+            ("taskapp_world_cache_misses", "worlds generated", parts.worlds.misses),
             ("taskapp_trace_writes", "rollouts written to the trace store", trace.get("written", 0)),
             ("taskapp_trace_storage_failures", "trace writes that failed", trace.get("failures", 0)),
-            ("taskapp_run_store_failures", "run ends the state store did not take", self.registry.store_failures),
+            ("taskapp_run_store_failures", "run ends the state store did not take", parts.registry.store_failures),
         )
         for name, doc, value in counters:
             yield CounterMetricFamily(name, doc, value=value)
 
 
 class Metrics:
-    def __init__(
-        self,
-        instance: str,
-        registry: RunRegistry,
-        worlds: WorldFactory,
-        recorder: TraceRecorder,
-        sessions: SessionServices,
-    ) -> None:
+    def __init__(self, sources: Sources) -> None:
         self.registry = CollectorRegistry()
-        self.registry.register(_Components(instance, registry, worlds, recorder, sessions))
+        self.registry.register(_Components(sources))
         self.started = Counter("taskapp_rollouts_started", "rollouts started", registry=self.registry)
         self.finished = Counter(
             "taskapp_rollouts_finished",

@@ -21,7 +21,7 @@ from ..game import WorldFactory
 from ..rollout.fleet import FleetRuns, RunLimits, new_instance
 from ..rollout.registry import RunRegistry
 from ..service.callbacks import Callbacks
-from ..service.metrics import Metrics
+from ..service.metrics import Metrics, Sources
 from ..service.policies import PolicyFactoryBuilder
 from ..service.rollouts import RolloutService
 from ..service.run_log import rollout_lines
@@ -85,7 +85,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                 keep_finished=settings.run_registry_size,
                 keep_bytes=settings.runs_result_bytes,
             )
-            metrics = Metrics(fleet.instance, registry, worlds, recorder, sessions)
+            metrics = Metrics(Sources(fleet.instance, registry, worlds, recorder, sessions))
             policies = PolicyFactoryBuilder(settings, http)
             service = RolloutService(settings, worlds, registry, policies.build, recorder, offload, metrics, rubrics)
             submissions = Submissions(service, Callbacks(http, settings), metrics, app.state.handover)
