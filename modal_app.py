@@ -1,7 +1,8 @@
 """The Crafter task app on Modal: `modal deploy modal_app.py` (the README's deploy section: calling, tuning).
 
     image   debian_slim(3.11) ─ uv pip install <pyproject dependencies> ─ numba cache warmed at build
-            ─ env: the deploy knobs below + TASKAPP_MAX_TIME_S, TASKAPP_MAX_CONCURRENT_ROLLOUTS
+            ─ env: the deploy knobs below + TASKAPP_MAX_TIME_S, TASKAPP_MAX_CONCURRENT_ROLLOUTS,
+                   TASKAPP_INFERENCE_MAX_CONNECTIONS, TASKAPP_STATE_BACKEND
             ─ /root/task_app: the package with its data (rubrics, page templates), as a wheel carries it
             ─ /root/pyproject.toml (read again when Modal imports this module in the container)
     secrets <env secret> (ENVIRONMENT_API_KEY) + openai-api-key (OPENAI_API_KEY) + groq-api-key (GROQ_API_KEY)
@@ -101,10 +102,11 @@ class DeployConfig:
     max_containers: int = 10
     buffer_containers: int = 0
     scaledown_window_s: int = 300
-    max_inputs: int = 64  # concurrent requests (rollouts + health/info calls) per container
-    target_inputs: int = 32  # what the autoscaler aims for (README: B3 sizing); bursts go up to max_inputs
-    cpu: float = 2.0
-    memory_mb: int = 4096
+    # Sized for models of 1-5 s a call (README, "Concurrency, containers"; the 200 ms profile there is 64/32).
+    max_inputs: int = 512  # concurrent requests (rollouts + health/info calls) per container
+    target_inputs: int = 256  # what the autoscaler aims for; bursts go up to max_inputs
+    cpu: float = 1.0  # physical cores (2 vCPUs): the event loop, and the worker thread beside it
+    memory_mb: int = 2048
     max_time_s: int = 3600  # the app's TASKAPP_MAX_TIME_S, the longest rollout it accepts
     timeout_s: int = 0  # 0: max_time_s + TIMEOUT_MARGIN_S
     memory_snapshot: bool = True
@@ -166,8 +168,10 @@ class DeployConfig:
         }
         env.update(
             TASKAPP_MAX_TIME_S=str(self.max_time_s),
-            # Modal never sends a container more than max_inputs requests, so the app's own cap never 429s below it.
+            # Modal never sends a container more than max_inputs requests, so the app's own cap never 429s below it,
+            # and each of them may hold one connection to a model server or vendor.
             TASKAPP_MAX_CONCURRENT_ROLLOUTS=str(self.max_inputs),
+            TASKAPP_INFERENCE_MAX_CONNECTIONS=str(self.max_inputs),
             # Consecutive requests for one env land on different containers: its record lives in the Dict.
             TASKAPP_STATE_BACKEND=f"modal-dict:{self.state_dict}",
         )
@@ -328,8 +332,9 @@ def warm_up() -> None:
     """The heavy imports, and numba's kernels compiled (or loaded from the image's cache) by one small world."""
     import task_app.web.server  # noqa: F401 - fastapi, pydantic models, crafter, numpy, numba, aiosqlite, aiohttp
     from task_app.game import WorldFactory
+    from task_app.game import warm_up as warm_game
 
-    WorldFactory(cache_size=0).warm_up()
+    warm_game(WorldFactory(cache_size=0))
 
 
 Handover = Callable[[str, int], Awaitable[None]]

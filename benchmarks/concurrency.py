@@ -13,8 +13,14 @@
     /health     p99 latency of GET /health polled every 50 ms during the window by a process of its own
                 (what a load balancer's health check sees: HTTP included)
 
-Worlds: the rollouts run in groups of 4 per seed (as GRPO groups do) on seeds generated before the
-window (B2 measures generation), so the window measures the per-decision path at steady state.
+    RSS peak    the server's resident memory, sampled every 0.25 s during the window
+    failed      rollouts that did not answer 200 (every one must)
+
+Worlds: the repeated-seed phases run in groups of 4 rollouts per seed (as GRPO groups do) on seeds
+generated before the window, so the window measures the per-decision path at steady state. The
+new-seed phases (`_new`) give every rollout a seed the server has never seen, as every eval seed and
+every GRPO group's first rollout are: its world is generated inside the window. A phase with
+`workers` set runs the server with that many worker threads (`TASKAPP_WORKER_THREADS`).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import aiohttp
 import anyio
 
 from task_app.core.stats import percentile
@@ -39,6 +46,7 @@ BENCH = "B3"
 GROUP = 4
 PROBE_INTERVAL_S = 0.005
 HEALTH_POLL_S = 0.05
+RSS_SAMPLE_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -48,10 +56,22 @@ class Phase:
     latency_ms: int
     target_ratio: float | None = 0.9
     target_lag_ms: float | None = 20.0
+    new_seeds: bool = False  # every rollout on a seed never seen before (else groups of 4 on warm seeds)
+    workers: int | None = None  # the server's worker threads (None: the default)
+    target_rss_mb: float | None = None
 
     @property
     def tag(self) -> str:
-        return f"{self.concurrency}x{self.decisions}_{self.latency_ms}ms"
+        seeds = "_new" if self.new_seeds else ""
+        workers = f"_w{self.workers}" if self.workers is not None else ""
+        return f"{self.concurrency}x{self.decisions}_{self.latency_ms}ms{seeds}{workers}"
+
+    def seeds(self, repetition: int, warm: list[int]) -> list[int]:
+        """The seed of each rollout of one repetition."""
+        if not self.new_seeds:
+            return [warm[index // GROUP] for index in range(self.concurrency)]
+        first = 10_000_000 + (repetition + 1) * self.concurrency
+        return list(range(first, first + self.concurrency))
 
     @property
     def ideal(self) -> float:
@@ -111,37 +131,50 @@ def _lag_buckets(health: dict[str, Any]) -> dict[str, int] | None:
     return (health.get("event_loop") or {}).get("buckets_ms")
 
 
+async def _sample_rss(app: Served, peak: list[int]) -> None:
+    while True:
+        peak[0] = max(peak[0], app.rss_bytes())
+        await anyio.sleep(RSS_SAMPLE_S)
+
+
 async def _window(app: Served, model: Served, phase: Phase, seeds: list[int]) -> dict[str, Any]:
-    bodies = [
-        rollout_body(model.url, seeds[index // GROUP], phase.decisions, latency_ms=phase.latency_ms)
-        for index in range(phase.concurrency)
-    ]
+    bodies = [rollout_body(model.url, seed, phase.decisions, latency_ms=phase.latency_ms) for seed in seeds]
     async with client(phase.concurrency + 4) as http:
-        outcomes = []
+        outcomes, failures, rss_peak = [], [], [app.rss_bytes()]
         with _HealthPoller(app.url) as poller:  # started (a new process) before the clock, not inside it
             before = _lag_buckets(await get_json(http, app.url + "/health"))
             cpu_before, started = app.cpu_s(), time.perf_counter()
             model_before, client_before = model.cpu_s(), time.process_time()
-            async with anyio.create_task_group() as group:
+            async with anyio.create_task_group() as sampler:
+                sampler.start_soon(_sample_rss, app, rss_peak)
+                async with anyio.create_task_group() as group:
 
-                async def one(body: dict[str, Any]) -> None:
-                    outcomes.append(await post_rollout(http, app.url, body))
+                    async def one(body: dict[str, Any]) -> None:
+                        try:
+                            outcomes.append(await post_rollout(http, app.url, body))
+                        except (RuntimeError, aiohttp.ClientError, TimeoutError) as exc:
+                            failures.append(repr(exc))
 
-                for body in bodies:
-                    group.start_soon(one, body)
+                    for body in bodies:
+                        group.start_soon(one, body)
+                sampler.cancel_scope.cancel()
             wall = time.perf_counter() - started
             cpu = app.cpu_s() - cpu_before
             model_cpu, client_cpu = model.cpu_s() - model_before, time.process_time() - client_before
             after = _lag_buckets(await get_json(http, app.url + "/health"))
     rollout_s = [outcome.wall_s for outcome in outcomes]
     decisions = sum(outcome.decisions for outcome in outcomes)
-    if decisions != phase.concurrency * phase.decisions:
+    if failures:
+        print(f"{phase.tag}: {len(failures)} failed rollouts, e.g. {failures[0]}", file=sys.stderr)
+    elif decisions != phase.concurrency * phase.decisions:
         raise RuntimeError(f"{phase.tag}: {decisions} decisions ran, expected {phase.concurrency * phase.decisions}")
     health_ms = poller.latencies_ms
     return {
+        "failed": float(len(failures)),
+        "rss_peak": rss_peak[0] / 2**20,
         "rate": decisions / wall,
-        "p50": percentile(rollout_s, 50),
-        "p99": percentile(rollout_s, 99),
+        "p50": percentile(rollout_s, 50) if rollout_s else float("nan"),
+        "p99": percentile(rollout_s, 99) if rollout_s else float("nan"),
         "lag_p99": lag_p99_ms(before, after) if before and after else float("nan"),
         "lag_max": lag_max_ms(before, after) if before and after else float("nan"),
         "health_p99": percentile(health_ms, 99) if health_ms else float("nan"),
@@ -158,20 +191,23 @@ async def _warm(app: Served, model_url: str, seeds: list[int]) -> None:
         await post_rollout(http, app.url, rollout_body(model_url, seeds[0], 3))
 
 
-def _figures(phase: Phase) -> dict[str, Figure]:
-    what = f"{phase.concurrency} concurrent, {phase.decisions} decisions, {phase.latency_ms} ms model"
+def _figures(phase: Phase, bench: str) -> dict[str, Figure]:
+    seeds = ", new seeds" if phase.new_seeds else ""
+    workers = f", {phase.workers} worker thread{'s' if phase.workers != 1 else ''}" if phase.workers else ""
+    what = f"{phase.concurrency} concurrent, {phase.decisions} decisions, {phase.latency_ms} ms model{seeds}{workers}"
     ideal_s = phase.decisions * phase.latency_ms / 1000
     ratio_target = None if phase.target_ratio is None else (">=", phase.target_ratio)
     lag_target = None if phase.target_lag_ms is None else ("<=", phase.target_lag_ms)
+    rss_target = None if phase.target_rss_mb is None else ("<=", phase.target_rss_mb)
     return {
         "rate": Figure(
-            BENCH, f"decisions_per_s_{phase.tag}", f"decisions/s ({what}; ideal {phase.ideal:g})", "1/s", digits=1
+            bench, f"decisions_per_s_{phase.tag}", f"decisions/s ({what}; ideal {phase.ideal:g})", "1/s", digits=1
         ),
-        "ratio": Figure(BENCH, f"ratio_to_ideal_{phase.tag}", f"share of ideal ({what})", "", target=ratio_target),
-        "p50": Figure(BENCH, f"rollout_p50_s_{phase.tag}", f"rollout p50 ({what}; ideal {ideal_s:g} s)", "s"),
-        "p99": Figure(BENCH, f"rollout_p99_s_{phase.tag}", f"rollout p99 ({what})", "s"),
+        "ratio": Figure(bench, f"ratio_to_ideal_{phase.tag}", f"share of ideal ({what})", "", target=ratio_target),
+        "p50": Figure(bench, f"rollout_p50_s_{phase.tag}", f"rollout p50 ({what}; ideal {ideal_s:g} s)", "s"),
+        "p99": Figure(bench, f"rollout_p99_s_{phase.tag}", f"rollout p99 ({what})", "s"),
         "lag_p99": Figure(
-            BENCH,
+            bench,
             f"loop_lag_p99_ms_{phase.tag}",
             f"event-loop lag p99, in server ({what})",
             "ms",
@@ -179,24 +215,30 @@ def _figures(phase: Phase) -> dict[str, Figure]:
             digits=1,
         ),
         "lag_max": Figure(
-            BENCH, f"loop_lag_max_ms_{phase.tag}", f"event-loop lag max, in server ({what})", "ms", digits=1
+            bench, f"loop_lag_max_ms_{phase.tag}", f"event-loop lag max, in server ({what})", "ms", digits=1
         ),
         "health_p99": Figure(
-            BENCH, f"health_p99_ms_{phase.tag}", f"/health latency p99, separate poller ({what})", "ms", digits=1
+            bench, f"health_p99_ms_{phase.tag}", f"/health latency p99, separate poller ({what})", "ms", digits=1
         ),
-        "cpu_share": Figure(BENCH, f"server_cpu_cores_{phase.tag}", f"server CPU, cores busy ({what})", "cores"),
-        "model_cpu_share": Figure(BENCH, f"model_cpu_cores_{phase.tag}", f"fake model CPU, cores ({what})", "cores"),
-        "client_cpu_share": Figure(BENCH, f"client_cpu_cores_{phase.tag}", f"client CPU, cores ({what})", "cores"),
+        "cpu_share": Figure(bench, f"server_cpu_cores_{phase.tag}", f"server CPU, cores busy ({what})", "cores"),
+        "model_cpu_share": Figure(bench, f"model_cpu_cores_{phase.tag}", f"fake model CPU, cores ({what})", "cores"),
+        "client_cpu_share": Figure(bench, f"client_cpu_cores_{phase.tag}", f"client CPU, cores ({what})", "cores"),
+        "rss_peak": Figure(
+            bench, f"rss_peak_mb_{phase.tag}", f"server RSS peak ({what})", "MB", target=rss_target, digits=0
+        ),
+        "failed": Figure(bench, f"failed_{phase.tag}", f"failed rollouts ({what})", "", target=("<=", 0.0), digits=0),
     }
 
 
-def run_phase(phase: Phase, repetitions: int, **settings: Any) -> list[Figure]:
-    figures = _figures(phase)
-    seeds = [3_000_000 + phase.concurrency * 10 + index for index in range(-(-phase.concurrency // GROUP))]
+def run_phase(phase: Phase, repetitions: int, bench: str = BENCH, **settings: Any) -> list[Figure]:
+    figures = _figures(phase, bench)
+    warm = [3_000_000 + phase.concurrency * 10 + index for index in range(-(-phase.concurrency // GROUP))]
+    if phase.workers is not None:
+        settings = {"worker_threads": phase.workers, **settings}
     with fake_model() as model, app_server(loop_lag_probe_s=PROBE_INTERVAL_S, **settings) as app:
-        anyio.run(_warm, app, model.url, seeds)
-        for _ in range(repetitions):
-            values = anyio.run(_window, app, model, phase, seeds)
+        anyio.run(_warm, app, model.url, warm)
+        for repetition in range(repetitions):
+            values = anyio.run(_window, app, model, phase, phase.seeds(repetition, warm))
             values["ratio"] = values["rate"] / phase.ideal
             for key, figure in figures.items():
                 figure.values.append(values[key])
@@ -204,11 +246,14 @@ def run_phase(phase: Phase, repetitions: int, **settings: Any) -> list[Figure]:
 
 
 def run(repetitions: int, quick: bool) -> list[Figure]:
-    """The issue's two phases (with targets), then two without targets that the Modal sizing reads: half
-    the concurrency at 200 ms, and 64 rollouts at a 1 s model (the README, "Concurrency, containers")."""
+    """The targets' phases (repeated seeds; new seeds with 1 and 2 worker threads), then two without
+    targets that the Modal sizing reads: half the concurrency at 200 ms, and 64 rollouts at a 1 s model
+    (the README, "Concurrency, containers")."""
     decisions = 10 if quick else 20
     phases = [
         Phase(64, 20, 200),
+        Phase(64, 20, 200, new_seeds=True, workers=1),
+        Phase(64, 20, 200, new_seeds=True, workers=2),
         Phase(256, decisions, 1000),
         Phase(32, 20, 200, target_ratio=None, target_lag_ms=None),
         Phase(64, decisions, 1000, target_ratio=None, target_lag_ms=None),

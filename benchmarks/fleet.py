@@ -1,4 +1,4 @@
-"""B8 fleet: what the run registry in the state store costs a rollout, and how fast it acts across processes.
+"""B9 fleet: what the run registry in the state store costs a rollout, and how fast it acts across processes.
 
 store calls    per rollout, counted on a wrapper of the store the registry uses (in-process, the
                registry's own code): a sync POST /rollout, an async one run where it was accepted,
@@ -38,7 +38,7 @@ from .processes import Served, app_server, fake_model
 from .report import Figure, median_of
 from .sessions import modal_dict_double
 
-BENCH = "B8"
+BENCH = "B9"
 LIMITS = RunLimits(ttl_s=86_400, result_ttl_s=3600, heartbeat_s=2, lost_after_s=30)
 RESPONSE = b"x" * 20_000  # a 10-decision response is about this size
 DECISIONS = 10

@@ -28,7 +28,7 @@ _COMPARE: dict[str, Callable[[float, float], bool]] = {"<=": operator.le, ">=": 
 
 @dataclass
 class Figure:
-    bench: str  # "B1" .. "B6"
+    bench: str  # "B1" .. "B8"
     name: str  # machine-readable key, unique within its benchmark
     label: str  # what a reader of the table sees
     unit: str

@@ -2,13 +2,15 @@
 
     B1 overhead     server CPU per decision vs bare crafter + text observation      (overhead.py)
     B2 start-up     first-decision latency for new / cached seeds, /task_info         (startup.py)
-    B3 concurrency  64 x 200 ms and 256 x 1 s model: throughput vs ideal, loop lag    (concurrency.py)
+    B3 concurrency  64 x 200 ms (repeated / new seeds), 256 x 1 s: share of ideal, loop lag (concurrency.py)
     B4 memory       RSS idle, per in-flight rollout, after 1000 rollouts              (memory.py)
     B5 payload      response bytes per trace format (+gzip), SQLite bytes per rollout (payload.py)
     B6 sessions     /step CPU and latency (memory, sqlite), rebuilds, WebSocket steps/s, bytes (sessions.py)
     B7 ops          server CPU of a 100000-op request vs a 2-op one; parse + plan in-process  (ops.py)
-    B8 fleet        the run registry in the state store: calls and CPU per rollout, abort across processes  (fleet.py)
+    B8 density      1024 rollouts in flight, 2 s model, new seeds, 1 and 2 worker threads  (density.py)
+    B9 fleet        the run registry in the state store: calls and CPU per rollout, abort across processes  (fleet.py)
     W  world        crafter resets and steps in-process (`python benchmarks/world.py`, not run here)
+    worldgen_check  the generator against crafter's, thousands of seeds (`python -m benchmarks.worldgen_check`)
 
 Every benchmark starts its own app server and fake model as separate processes on 127.0.0.1 and
 stops them. Figures are medians over `--repetitions` (default 3; `--quick` shrinks the workloads,
@@ -27,7 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import concurrency, fleet, memory, ops, overhead, payload, sessions, startup
+from . import concurrency, density, fleet, memory, ops, overhead, payload, sessions, startup
 from .processes import PROFILE
 from .report import RESULTS_DIR, Figure, console, markdown, table, write_json
 
@@ -39,7 +41,8 @@ SUITE: dict[str, tuple[str, Callable[[int, bool], list[Figure]]]] = {
     "B5": ("payload", payload.run),
     "B6": ("sessions", sessions.run),
     "B7": ("ops", ops.run),
-    "B8": ("fleet", fleet.run),
+    "B8": ("density", density.run),
+    "B9": ("fleet", fleet.run),
 }
 
 

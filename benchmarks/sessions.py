@@ -30,7 +30,7 @@ import anyio
 import orjson
 from websockets.asyncio.client import connect
 
-from task_app.game import ActionPlan, Game, WorldFactory
+from task_app.game import ActionPlan, Game, WorldFactory, warm_up
 from task_app.sessions import EnvSessions, EnvSpec, SessionLimits
 from task_app.sessions.records import env_prefix, log_key, marker_key, slot_key
 from task_app.store import StateStore
@@ -119,7 +119,7 @@ def _floor_ms(worlds: WorldFactory, steps: int) -> float:
 
 def _step_figures(repetitions: int, quick: bool) -> list[Figure]:
     worlds = WorldFactory(cache_size=16)
-    worlds.warm_up()
+    warm_up(worlds)
     floor = _figure("floor", "floor: crafter step + observation + JSON, in-process", "ms")
     figures: list[Figure] = [floor]
     for backend in ("memory", "sqlite"):
@@ -182,7 +182,7 @@ def modal_dict_double() -> Any:
 
 def _rebuild_figures(repetitions: int, quick: bool) -> list[Figure]:
     worlds = WorldFactory(cache_size=16)
-    worlds.warm_up()
+    warm_up(worlds)
     sizes = (100, 1000) if quick else (100, 1000, 10_000)
     cases = [(f"checkpointed_{size}", f"rebuild after {size:,} steps (sqlite, K=50)", size, 50) for size in sizes]
     cases += [

@@ -36,7 +36,7 @@ async def _repetition(app_url: str, model_url: str, seeds: list[int], info_seeds
 
 def run(repetitions: int, quick: bool) -> list[Figure]:
     per_repetition = 4 if quick else 8
-    new = Figure(BENCH, "new_seed_ms", "one-decision rollout, new seed", "ms", target=("<=", 100.0), digits=1)
+    new = Figure(BENCH, "new_seed_ms", "one-decision rollout, new seed", "ms", target=("<=", 15.0), digits=1)
     cached = Figure(BENCH, "cached_seed_ms", "one-decision rollout, cached seed", "ms", target=("<=", 15.0), digits=1)
     info = Figure(BENCH, "task_info_10_new_ms", "/task_info for 10 new seeds", "ms", target=("<=", 1000.0), digits=0)
     with fake_model() as model, app_server() as app:

@@ -29,7 +29,7 @@ from helpers import FakeClock, FakeModalDict, first_line
 
 from task_app.core.contracts import ErrorResponse
 from task_app.core.settings import Settings
-from task_app.game import WorldFactory
+from task_app.game import WorldFactory, warm_up
 from task_app.store import StateStore
 from task_app.store.memory import MemoryStore
 from task_app.store.modal_dict import ModalDictStore
@@ -105,7 +105,7 @@ def clean_environ() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def worlds() -> WorldFactory:
     factory = WorldFactory(cache_size=64)
-    factory.warm_up()
+    warm_up(factory)
     return factory
 
 

@@ -224,10 +224,10 @@ def test_module_imports_offline_without_deprecated_apis() -> None:
 def test_function_info_shows_resources_secrets_volume_and_concurrency() -> None:
     config = modal_app.CONFIG
     info = modal_app.CrafterTaskApp().fastapi_app.info()
-    assert (info.cpu, info.memory_mib) == (2.0, 4096)
+    assert (info.cpu, info.memory_mib) == (1.0, 2048)
     assert info.timeout == config.timeout_s == 3900 > config.max_time_s == 3600
     assert info.concurrency_info is not None
-    assert (info.concurrency_info.max_inputs, info.concurrency_info.target_inputs) == (64, 32)
+    assert (info.concurrency_info.max_inputs, info.concurrency_info.target_inputs) == (512, 256)
     assert {path: mount.name for path, mount in info.volumes.items()} == {"/traces": "crafter-task-app-traces"}
     assert info.secrets == [
         "modal.Secret.from_name('crafter-environment-api-key')",
@@ -250,9 +250,9 @@ def test_deploy_request_carries_autoscaling_snapshot_and_label() -> None:
     )
     assert (config.min_containers, config.max_containers, config.buffer_containers) == (0, 10, 0)
     assert function.timeout_secs == config.timeout_s
-    assert (function.max_concurrent_inputs, function.target_concurrent_inputs) == (64, 32)
+    assert (function.max_concurrent_inputs, function.target_concurrent_inputs) == (512, 256)
     assert function.checkpointing_enabled is True  # enable_memory_snapshot
-    assert (function.resources.milli_cpu, function.resources.memory_mb) == (2000, 4096)
+    assert (function.resources.milli_cpu, function.resources.memory_mb) == (1000, 2048)
     webhook = function.method_definitions["fastapi_app"].webhook_config
     assert webhook.type == api_pb2.WEBHOOK_TYPE_ASGI_APP
     assert webhook.requested_suffix == config.label == "grpo-crafter-task-app"
@@ -308,7 +308,7 @@ def test_knobs_from_the_environment() -> None:
         }
     )
     assert (config.label, config.max_containers, config.memory_snapshot) == ("crafter-staging", 3, False)
-    assert (config.timeout_s, config.cpu) == (900, 2.0)
+    assert (config.timeout_s, config.cpu) == (900, 1.0)
     secrets = [repr(secret) for secret in modal_app.build_secrets(config)]
     assert secrets == [
         "modal.Secret.from_name('crafter-environment-api-key')",
@@ -326,7 +326,7 @@ def test_knobs_from_the_environment() -> None:
         {"TASKAPP_MODAL_MAX_CONTAINERS": "many"},
         {"TASKAPP_MODAL_MEMORY_SNAPSHOT": "maybe"},
         {"TASKAPP_MODAL_MIN_CONTAINERS": "5", "TASKAPP_MODAL_MAX_CONTAINERS": "2"},
-        {"TASKAPP_MODAL_TARGET_INPUTS": "100"},
+        {"TASKAPP_MODAL_TARGET_INPUTS": "1000"},
         {"TASKAPP_MODAL_TIMEOUT_S": "3600"},
         {"TASKAPP_MAX_TIME_S": "90000"},
         {"TASKAPP_MODAL_SCALEDOWN_WINDOW_S": "1"},
@@ -349,7 +349,7 @@ def test_the_image_environment_reproduces_the_config_in_the_container() -> None:
     env = modal_app.CONFIG.image_env()
     assert "TASKAPP_RUBRICS_DIR" not in env  # the app reads the rubrics its package carries
     assert env["TASKAPP_MAX_TIME_S"] == "3600"
-    assert env["TASKAPP_MAX_CONCURRENT_ROLLOUTS"] == "64"
+    assert env["TASKAPP_MAX_CONCURRENT_ROLLOUTS"] == env["TASKAPP_INFERENCE_MAX_CONNECTIONS"] == "512"
     assert env["TASKAPP_STATE_BACKEND"] == "modal-dict:crafter-task-app-state"  # env sessions span containers
 
 

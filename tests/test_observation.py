@@ -13,7 +13,7 @@ from PIL import Image
 
 from task_app.game import Game, GameEnv, WorldFactory
 from task_app.game.actions import plan_from_names
-from task_app.game.observation import SEMANTIC_IDS, SEMANTIC_NAMES, direction_text
+from task_app.game.observation import SEMANTIC_IDS, SEMANTIC_NAMES, direction_text, nearest, semantic_map
 
 # (dx, dy) -> what is there; dx grows to the right, dy grows downwards.
 SCENE = {
@@ -241,3 +241,35 @@ def test_image_shows_what_stock_crafter_shows(worlds: WorldFactory) -> None:
 )
 def test_direction_text(dx: int, dy: int, text: str) -> None:
     assert direction_text(dx, dy) == text
+
+
+def test_nearest_is_the_first_of_the_closest_cells_in_x_major_order() -> None:
+    """The compiled pass against the plain definition, on random maps with ties and absent kinds."""
+    rng = np.random.RandomState(0)
+    kinds = SEMANTIC_NAMES[:6]  # none, water, grass, stone, path, sand
+    for _ in range(300):
+        shape = (int(rng.randint(1, 20)), int(rng.randint(1, 20)))
+        semantic = rng.randint(0, len(kinds), size=shape).astype(np.uint8)
+        pos = (int(rng.randint(shape[0])), int(rng.randint(shape[1])))
+        expected = {}
+        for kind in kinds:
+            cells = [
+                (abs(x - pos[0]) + abs(y - pos[1]), x, y)
+                for x in range(shape[0])
+                for y in range(shape[1])
+                if semantic[x, y] == SEMANTIC_IDS[kind] and (x, y) != pos
+            ]
+            if cells:
+                _, x, y = min(cells)
+                expected[kind] = (x - pos[0], y - pos[1])
+        assert nearest(semantic, pos, kinds) == expected
+
+
+def test_semantic_map_is_crafters_semantic_view(worlds: WorldFactory) -> None:
+    env = worlds.world(5)
+    rng = np.random.RandomState(5)
+    for step in range(300):
+        env.step(int(rng.randint(len(crafter.constants.actions))))
+        if step % 50 == 0:
+            assert np.array_equal(semantic_map(env), env._sem_view())
+    assert np.array_equal(semantic_map(env), env._sem_view())

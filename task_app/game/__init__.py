@@ -1,7 +1,7 @@
 """The Crafter game layer: worlds and their cache, actions, observations, traits."""
 
 from .actions import ACHIEVEMENTS, ACTION_IDS, ACTIONS, TOOL_NAME, ActionPlan, normalise_tool_calls
-from .episode import DecisionOutcome, Game
+from .episode import DecisionOutcome, Game, warm_up
 from .observation import VITALS, Observation
 from .traits import WorldTraits, world_traits
 from .worlds import GameEnv, WorldFactory
@@ -20,5 +20,6 @@ __all__ = [
     "WorldFactory",
     "WorldTraits",
     "normalise_tool_calls",
+    "warm_up",
     "world_traits",
 ]

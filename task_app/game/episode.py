@@ -10,7 +10,7 @@ from typing import Any
 
 from .actions import ACHIEVEMENTS, ACTION_IDS, ActionPlan
 from .observation import Observation, observe
-from .worlds import GameEnv
+from .worlds import GameEnv, WorldFactory
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,3 +107,9 @@ class Game:
         """Apply a decision and observe the result: the one call a rollout makes per env op."""
         outcome = self.apply(plan)
         return outcome, self.observe()
+
+
+def warm_up(worlds: WorldFactory) -> None:
+    """Compile (or load from numba's on-disk cache) every kernel of the game layer before the first
+    rollout needs it: the world generator's and the observation's, on one small world."""
+    Game(worlds.generate(0, (16, 16), 100)).observe()

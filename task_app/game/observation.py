@@ -17,6 +17,7 @@ import numpy as np
 from PIL import Image
 
 from .actions import ACHIEVEMENTS
+from .jit import compiled
 from .worlds import GameEnv
 
 MATERIALS: tuple[str, ...] = tuple(crafter.constants.materials)
@@ -67,6 +68,9 @@ OUTSIDE = "X"
 VITALS: tuple[str, ...] = ("health", "food", "drink", "energy")  # inventory counters of 0..9, not items
 _DIRECTION_NAMES = {(-1, 0): "left", (1, 0): "right", (0, -1): "up", (0, 1): "down"}
 _NIGHT = 0.5
+_OUTSIDE_ID = len(SEMANTIC_NAMES)  # the id `_window` gives cells beyond the map in the local view
+_VIEW_NAMES = (*SEMANTIC_NAMES, "outside")
+_VIEW_SYMBOLS = {**SYMBOLS, "outside": OUTSIDE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,60 +108,80 @@ def direction_text(dx: int, dy: int) -> str:
     return ", ".join(parts) or "here"
 
 
+def semantic_map(env: GameEnv) -> np.ndarray:
+    """The whole map as semantic ids, [x, y]: what crafter's `SemanticView` returns, objects set in one
+    indexed assignment instead of one per object."""
+    world = env.world
+    canvas: np.ndarray = world._mat_map.copy()
+    ids = env._sem_view._obj_ids
+    live = [obj for obj in world._objects if obj]
+    canvas[[obj.pos[0] for obj in live], [obj.pos[1] for obj in live]] = [ids[type(obj)] for obj in live]
+    return canvas
+
+
 def nearest(semantic: np.ndarray, pos: tuple[int, int], kinds: tuple[str, ...]) -> dict[str, tuple[int, int]]:
-    """Offset (dx, dy) to the nearest cell of each kind present on the map (Manhattan distance)."""
-    xs, ys = np.indices(semantic.shape)
-    distance = np.abs(xs - pos[0]) + np.abs(ys - pos[1])
-    distance[pos] = np.iinfo(distance.dtype).max  # never report the player's own cell
-    found: dict[str, tuple[int, int]] = {}
-    present = set(np.unique(semantic).tolist())
-    for kind in kinds:
-        kind_id = SEMANTIC_IDS[kind]
-        if kind_id not in present:
-            continue
-        masked = np.where(semantic == kind_id, distance, np.iinfo(distance.dtype).max)
-        x, y = np.unravel_index(int(masked.argmin()), masked.shape)
-        found[kind] = (int(x) - pos[0], int(y) - pos[1])
-    return found
+    """Offset (dx, dy) to the nearest cell of each kind present on the map (Manhattan distance; of
+    equally near cells the first in x-major order); the player's own cell never counts."""
+    ids = np.array([SEMANTIC_IDS[kind] for kind in kinds], dtype=np.int64)
+    found = _nearest_cells(semantic, pos[0], pos[1], ids)
+    return {
+        kind: (int(dx), int(dy))
+        for kind, (distance, dx, dy) in zip(kinds, found.tolist(), strict=True)
+        if distance >= 0
+    }
+
+
+@compiled
+def _nearest_cells(semantic: np.ndarray, px: int, py: int, ids: np.ndarray) -> np.ndarray:
+    """One pass over the map: per id, (distance, dx, dy) of its nearest cell, or (-1, 0, 0)."""
+    width, height = semantic.shape
+    far = width + height  # beyond any Manhattan distance on the map
+    best = np.full(256, far, dtype=np.int64)
+    where = np.zeros((256, 2), dtype=np.int64)
+    for x in range(width):
+        for y in range(height):
+            if x == px and y == py:
+                continue
+            kind = semantic[x, y]
+            distance = abs(x - px) + abs(y - py)
+            if distance < best[kind]:
+                best[kind], where[kind, 0], where[kind, 1] = distance, x, y
+    out = np.zeros((len(ids), 3), dtype=np.int64)
+    for index in range(len(ids)):
+        kind = ids[index]
+        out[index, 0] = best[kind] if best[kind] < far else -1
+        out[index, 1], out[index, 2] = where[kind, 0] - px, where[kind, 1] - py
+    return out
+
+
+def _window(semantic: np.ndarray, pos: tuple[int, int], half_width: int, half_height: int, fill: int) -> np.ndarray:
+    """The ids around `pos` as rows (dy, top to bottom) of columns (dx, left to right); `fill` beyond the map."""
+    out = np.full((2 * half_height + 1, 2 * half_width + 1), fill, dtype=np.int64)
+    x0, y0 = pos[0] - half_width, pos[1] - half_height
+    xs = slice(max(x0, 0), min(pos[0] + half_width + 1, semantic.shape[0]))
+    ys = slice(max(y0, 0), min(pos[1] + half_height + 1, semantic.shape[1]))
+    if xs.start < xs.stop and ys.start < ys.stop:
+        out[ys.start - y0 : ys.stop - y0, xs.start - x0 : xs.stop - x0] = semantic[xs, ys].T
+    return out
 
 
 def local_view(semantic: np.ndarray, pos: tuple[int, int]) -> list[list[str]]:
     """The 9x7 window of names around the player, rows top to bottom; `outside` beyond the map."""
-    rows = []
-    for dy in range(-(VIEW_HEIGHT // 2), VIEW_HEIGHT // 2 + 1):
-        row = []
-        for dx in range(-(VIEW_WIDTH // 2), VIEW_WIDTH // 2 + 1):
-            x, y = pos[0] + dx, pos[1] + dy
-            inside = 0 <= x < semantic.shape[0] and 0 <= y < semantic.shape[1]
-            row.append(SEMANTIC_NAMES[semantic[x, y]] if inside else "outside")
-        rows.append(row)
-    return rows
+    ids = _window(semantic, pos, VIEW_WIDTH // 2, VIEW_HEIGHT // 2, _OUTSIDE_ID)
+    return [[_VIEW_NAMES[index] for index in row] for row in ids.tolist()]
 
 
 def semantic_patch(semantic: np.ndarray, pos: tuple[int, int], radius: int = PATCH_RADIUS) -> list[list[int]]:
     """Square patch of ids, row = dy, column = dx, 0 outside the map (the seed's `semantic_map_patch7`)."""
-    size = 2 * radius + 1
-    patch = np.zeros((size, size), dtype=np.int64)
-    for row, dy in enumerate(range(-radius, radius + 1)):
-        for col, dx in enumerate(range(-radius, radius + 1)):
-            x, y = pos[0] + dx, pos[1] + dy
-            if 0 <= x < semantic.shape[0] and 0 <= y < semantic.shape[1]:
-                patch[row, col] = semantic[x, y]
-    return patch.tolist()
+    patch: list[list[int]] = _window(semantic, pos, radius, radius, 0).tolist()
+    return patch
 
 
 def _render_map(view: list[list[str]]) -> tuple[list[str], list[str]]:
-    lines, seen = [], []
-    for row in view:
-        symbols = []
-        for name in row:
-            symbol = OUTSIDE if name == "outside" else SYMBOLS[name]
-            symbols.append(symbol)
-            if name not in seen:
-                seen.append(name)
-        lines.append(" ".join(symbols))
+    lines = [" ".join(_VIEW_SYMBOLS[name] for name in row) for row in view]
+    seen = dict.fromkeys(name for row in view for name in row)  # in reading order
     legend = [
-        f"{OUTSIDE if name == 'outside' else SYMBOLS[name]} {'you' if name == 'player' else name}"
+        f"{_VIEW_SYMBOLS[name]} {'you' if name == 'player' else name}"
         for name in sorted(seen, key=lambda n: n != "player")
     ]
     return lines, legend
@@ -232,7 +256,7 @@ def observe(
     env: GameEnv, *, terminated: bool = False, truncated: bool = False, image_size: int | None = None
 ) -> Observation:
     """Build the observation of `env` now; render and encode a PNG frame only if `image_size` is set."""
-    semantic = env._sem_view()
+    semantic = semantic_map(env)
     data = structured(env, semantic, terminated, truncated)
     image = None
     if image_size:

@@ -1,11 +1,11 @@
 """World creation and the bounded cache of generated worlds.
 
 A world is a `GameEnv` after `reset()`: identical to stock `crafter.Env(area=, length=, seed=)` after
-`reset()`. Generating one costs ~50 ms with numba compiling opensimplex's noise (~0.6 s without), so
-each generated world is kept as a pickled snapshot (immutable bytes; 32-37 KB for a 64x64 world,
-measured over seeds 0-19) keyed by (seed, area, length); a repeated seed unpickles its snapshot in
-well under a millisecond (benchmarks/world.py). Every restore is a new object graph, so two rollouts
-on one seed never share mutable state.
+`reset()`. `worldgen` generates it with compiled whole-grid code (a few milliseconds, the GIL released
+for most of it); each generated world is also kept as a pickled snapshot (immutable bytes; 32-37 KB
+for a 64x64 world, measured over seeds 0-19) keyed by (seed, area, length), and a repeated seed
+unpickles its snapshot in a fraction of a millisecond (benchmarks/world.py). Every restore is a new
+object graph, so two rollouts on one seed never share mutable state.
 
 The textures (read-only PNG data, ~25 ms to load per `crafter.Env()`) are shared by all worlds
 through pickle's persistent ids instead of being loaded or copied per world.
@@ -23,6 +23,7 @@ import numpy as np
 from crafter import engine
 
 from ..core.lru import LruMap
+from . import worldgen
 
 _TEXTURES_ID = "crafter-textures"
 
@@ -35,6 +36,8 @@ class GameEnv(crafter.Env):
     paying for the picture; `frame()` renders on demand with the world RNG left untouched.
     """
 
+    _last_health: Any  # crafter's own attribute (set by reset and step); typed for the checker
+
     def _obs(self) -> None:
         if self._world.daylight < 0.5:  # crafter's night threshold in LocalView._light
             unit = self._size // self._view
@@ -46,6 +49,43 @@ class GameEnv(crafter.Env):
         # objects, whose order follows memory addresses: the same seed and actions can then give
         # different worlds. Ordering the chunk's objects by position makes the choice reproducible.
         super()._balance_chunk(chunk, sorted(objs, key=lambda obj: (int(obj.pos[0]), int(obj.pos[1]))))
+
+    def step(self, action: int) -> tuple[None, float, bool, dict[str, Any]]:
+        """Stock `Env.step` with the same effects on the world, minus the work the app never reads.
+
+        Stock crafter builds an `info` dict every step (inventory and achievement copies, a semantic
+        map; here it is empty) and measures each object's distance to the player with numpy calls per
+        object. Here the distances are array operations: objects only ever move themselves, at their
+        own turn, and only the player's turn moves the player, so the objects before the player (none:
+        reset adds it first) are measured against where it stood and those after it against where its
+        update left it, which is what stock crafter measures. (benchmarks.worldgen_check steps both.)
+        """
+        self._step += 1
+        self._update_time()
+        player = self._player
+        player.action = crafter.constants.actions[action]
+        objects = self._world.objects
+        first = objects.index(player)
+        positions = np.array([obj.pos for obj in objects])
+        reach = 2 * max(self._view)
+        for start, stop in ((0, first), (first, first + 1), (first + 1, len(objects))):
+            near = np.abs(positions[start:stop] - player.pos).sum(axis=1) < reach
+            for obj, close in zip(objects[start:stop], near.tolist(), strict=True):
+                if close:
+                    obj.update()
+        if self._step % 10 == 0:
+            for chunk, objs in self._world.chunks.items():
+                self._balance_chunk(chunk, objs)
+        self._obs()
+        reward = (player.health - self._last_health) / 10
+        self._last_health = player.health
+        unlocked = {name for name, count in player.achievements.items() if count > 0 and name not in self._unlocked}
+        if unlocked:
+            self._unlocked |= unlocked
+            reward += 1.0
+        dead = player.health <= 0
+        over = self._length and self._step >= self._length
+        return None, (reward if self._reward else 0.0), bool(dead or over), {}
 
     def frame(self, size: int = 64) -> np.ndarray:
         """The RGB frame stock crafter would show, without advancing the world's RNG."""
@@ -138,7 +178,7 @@ class WorldFactory:
         """A freshly generated world, bypassing the cache."""
         env = self._blank(area, length)
         env._seed = seed
-        env.reset()
+        worldgen.reset(env)
         return env
 
     def world(self, seed: int, area: tuple[int, int] = (64, 64), length: int = 10_000) -> GameEnv:
@@ -174,7 +214,3 @@ class WorldFactory:
 
     def __len__(self) -> int:
         return len(self._snapshots)
-
-    def warm_up(self) -> None:
-        """Compile (or load from numba's cache) the noise functions by generating one small world."""
-        self.generate(0, (16, 16), 100)
