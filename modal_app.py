@@ -10,7 +10,8 @@
     dict    <state dict> (TASKAPP_STATE_BACKEND=modal-dict:<name>): env sessions, shared by every container
     class   CrafterTaskApp: @modal.concurrent; enter(snap=True) imports and JIT-compiles before the memory
             snapshot; the asgi_app factory runs after restore, so the container's task id, secrets and
-            settings are the live ones.
+            settings are the live ones; `run_accepted`, a method started with `.spawn()` for each run
+            POST /rollouts accepts, so Modal counts the run as an input of the app (see `spawner`).
 
 Deploy-time knobs are environment variables of the deploying shell (TASKAPP_MODAL_*, see `DeployConfig`).
 They are also written into the image environment, so this module evaluates to the same objects (the
@@ -336,7 +337,26 @@ def warm_up() -> None:
     warm_game(WorldFactory(cache_size=0))
 
 
-def build_app(commit: Commit | None = None) -> FastAPI:
+Handover = Callable[[str, int], Awaitable[None]]
+
+
+def spawner(method: Any) -> Handover:
+    """Accepted runs as spawned calls of `method` (`CrafterTaskApp.run_accepted`, a `modal.Function`).
+
+    A run started in the background of a web request is invisible to Modal: once the request is
+    answered the container may count as idle and be scaled down under it. A spawned call is an input
+    that Modal queues and counts while it runs (a container is idle only without inputs), and Modal
+    starts containers for queued calls as it does for requests. Only `(run_id, attempt)` travels with
+    the call; the request itself is in the state store.
+    """
+
+    async def handover(run_id: str, attempt: int) -> None:
+        await method.spawn.aio(run_id, attempt)
+
+    return handover
+
+
+def build_app(commit: Commit | None = None, handover: Handover | None = None) -> FastAPI:
     """The task app of this container: settings from the environment, its own trace database."""
     from task_app.core.settings import Settings
     from task_app.web.server import create_app
@@ -344,7 +364,7 @@ def build_app(commit: Commit | None = None) -> FastAPI:
     name = container_name()
     live = LIVE_TRACES_DIR / f"{name}.db"
     settings = Settings(traces_db=live)
-    web_app = create_app(settings)
+    web_app = create_app(settings, handover)
     if settings.tracing_enabled:
         attach_trace_sync(web_app, TraceSync(live, VOLUME_TRACES_DIR / f"{name}.db", commit, CONFIG.commit_interval_s))
     return web_app
@@ -371,5 +391,16 @@ class CrafterTaskApp:
 
     @modal.asgi_app(label=CONFIG.label)
     def fastapi_app(self) -> FastAPI:
-        # Outside a Modal container (`.local()`) there is no volume to commit.
-        return build_app(commit=None if modal.is_local() else traces_volume.commit.aio)
+        # Outside a Modal container (`.local()`) there is no volume to commit and nothing to spawn on:
+        # accepted runs then run in this process.
+        if modal.is_local():
+            self.web_app = build_app()
+        else:
+            self.web_app = build_app(traces_volume.commit.aio, spawner(self.run_accepted))
+        return self.web_app
+
+    @modal.method()
+    async def run_accepted(self, run_id: str, attempt: int) -> None:
+        """One run POST /rollouts accepted (on any container), run here to its end. Modal builds every
+        method of the class at container start, the web app first, so `web_app` is there and serving."""
+        await self.web_app.state.task_app.submissions.run_handed_over(run_id, attempt)

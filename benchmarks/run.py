@@ -8,6 +8,7 @@
     B6 sessions     /step CPU and latency (memory, sqlite), rebuilds, WebSocket steps/s, bytes (sessions.py)
     B7 ops          server CPU of a 100000-op request vs a 2-op one; parse + plan in-process  (ops.py)
     B8 density      1024 rollouts in flight, 2 s model, new seeds, 1 and 2 worker threads  (density.py)
+    B9 fleet        the run registry in the state store: calls and CPU per rollout, abort across processes  (fleet.py)
     W  world        crafter resets and steps in-process (`python benchmarks/world.py`, not run here)
     worldgen_check  the generator against crafter's, thousands of seeds (`python -m benchmarks.worldgen_check`)
 
@@ -28,7 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import concurrency, density, memory, ops, overhead, payload, sessions, startup
+from . import concurrency, density, fleet, memory, ops, overhead, payload, sessions, startup
 from .processes import PROFILE
 from .report import RESULTS_DIR, Figure, console, markdown, table, write_json
 
@@ -41,6 +42,7 @@ SUITE: dict[str, tuple[str, Callable[[int, bool], list[Figure]]]] = {
     "B6": ("sessions", sessions.run),
     "B7": ("ops", ops.run),
     "B8": ("density", density.run),
+    "B9": ("fleet", fleet.run),
 }
 
 

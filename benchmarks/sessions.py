@@ -170,7 +170,7 @@ async def _rebuild_on_sqlite(path: Path, worlds: WorldFactory, entries: int, che
         await store.close()
 
 
-def _modal_dict_double() -> Any:
+def modal_dict_double() -> Any:
     """The tests' `FakeModalDict` (tests/helpers.py: modal.Dict's documented semantics, with latency)."""
     spec = importlib.util.spec_from_file_location("_test_helpers", ROOT / "tests" / "helpers.py")
     if spec is None or spec.loader is None:  # pragma: no cover - the file is in the repository
@@ -197,7 +197,7 @@ def _rebuild_figures(repetitions: int, quick: bool) -> list[Figure]:
                 figure.values.append(anyio.run(_rebuild_on_sqlite, Path(directory) / "state.db", worlds, size, every))
         figures.append(figure)
     modal = _figure("rebuild_modal_1000", "rebuild after 1,000 steps, modal-dict double with 20 ms calls", "ms")
-    double = _modal_dict_double()
+    double = modal_dict_double()
     for _ in range(repetitions):
 
         async def on_modal() -> float:

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +25,15 @@ import browser
 import httpx
 import pytest
 from fastapi import FastAPI
-from helpers import first_line
+from helpers import FakeClock, FakeModalDict, first_line
 
 from task_app.core.contracts import ErrorResponse
 from task_app.core.settings import Settings
 from task_app.game import WorldFactory, warm_up
+from task_app.store import StateStore
+from task_app.store.memory import MemoryStore
+from task_app.store.modal_dict import ModalDictStore
+from task_app.store.sqlite import SqliteStore
 from task_app.web.local_server import serve_in_thread
 from task_app.web.server import create_app
 from task_app.web.state import AppState
@@ -103,6 +107,23 @@ def worlds() -> WorldFactory:
     factory = WorldFactory(cache_size=64)
     warm_up(factory)
     return factory
+
+
+@pytest.fixture(params=["memory", "sqlite", "modal-dict"])
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[StateStore, FakeClock]]:
+    """Each state-store backend on a clock the test moves; modal-dict on `FakeModalDict` (1 ms calls)."""
+    clock = FakeClock()
+    store: StateStore
+    if request.param == "memory":
+        store = MemoryStore(clock)
+    elif request.param == "sqlite":
+        store = await SqliteStore(tmp_path / "state.db", clock).open()
+    else:
+        store = ModalDictStore(FakeModalDict(latency_s=0.001, clock=clock), clock=clock)
+    try:
+        yield store, clock
+    finally:
+        await store.close()
 
 
 # --- HTTP end-to-end: the task app under a real uvicorn server ------------------------------------

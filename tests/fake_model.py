@@ -8,9 +8,9 @@
 Each request takes the next scripted behaviour; when the script is empty, `model.default` answers
 (a `noop` tool call unless changed), or `model.responder(record)` if set. Behaviours: `tool_call`,
 `text`, `chat` (any assistant message), `json_body`, `raw` (e.g. malformed JSON), `error` (any
-status, optional Retry-After), `delay(seconds, then)`, `hang()`, `huge(n_bytes)` (streamed),
-`drop()` (close the connection without answering) and `sse(events)` (a `stream: true` answer:
-server-sent `chat.completion.chunk` events, see `chunk`).
+status, optional Retry-After), `delay(seconds, then)`, `gated(event)` (answer once a test thread sets
+it), `hang()`, `huge(n_bytes)` (streamed), `drop()` (close the connection without answering) and
+`sse(events)` (a `stream: true` answer: server-sent `chat.completion.chunk` events, see `chunk`).
 
 Token modes (`model.tokens = "vllm" | "sglang" | "openai"`): answers of `chat`, `tool_call` and `text`
 carry token data as that server documents it, for what the request asked (`logprobs`, `top_logprobs`,
@@ -245,6 +245,19 @@ def error(
 def delay(seconds: float, then: Behaviour | None = None) -> Behaviour:
     async def respond(ex: Exchange) -> None:
         await anyio.sleep(seconds)
+        await (then or tool_call("noop"))(ex)
+
+    return respond
+
+
+def gated(gate: threading.Event, then: Behaviour | None = None) -> Behaviour:
+    """Answer (with a `noop` call unless `then`) once `gate` is set: a model that is as slow as the test wants."""
+
+    async def respond(ex: Exchange) -> None:
+        with anyio.move_on_after(HANG_LIMIT_S):
+            # a threading.Event set by the test thread: poll it (an anyio.Event cannot be set from there)
+            while not gate.is_set() and not ex.stopping.is_set():  # noqa: ASYNC110
+                await anyio.sleep(0.005)
         await (then or tool_call("noop"))(ex)
 
     return respond

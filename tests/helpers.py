@@ -600,7 +600,17 @@ def first_line(process: subprocess.Popen[str], timeout: float) -> str:
     return ""
 
 
-# --- a stand-in for modal.Dict ---------------------------------------------------------------------
+# --- a stand-in for modal.Dict, and a clock tests move ---------------------------------------------
+
+
+class FakeClock:
+    """A wall clock that moves only when a test says so (`clock.now += 60`)."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 class _DictMethod:

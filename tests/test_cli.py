@@ -1,6 +1,7 @@
 """The commands users run first, as they run them: the installed `task-app` script in a child process.
 
-`demo` end to end in an empty directory; `eval` against a real app server and the loopback fake model;
+`demo` end to end in an empty directory; `eval` (and `eval --async`) against a real app server and the
+loopback fake model;
 `serve` answering `/health` on a free port until it is stopped.
 """
 
@@ -13,11 +14,13 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 from conftest import SECRETS, TEST_KEY, AppServer, assert_no_key_material, wait_until
-from fake_model import FakeModel
+from fake_model import FakeModel, gated
 
 TASK_APP = str(Path(sys.executable).with_name("task-app"))  # the console script `pip install` made
 RUN_TIMEOUT_S = 120.0
@@ -85,6 +88,36 @@ def test_eval_drives_a_served_app_against_the_fake_model(
     assert len(fake_model.requests) == 6  # three decisions per seed, each one model call
     assert (tmp_path / "out" / "report.html").exists()
     assert len(list((tmp_path / "out" / "episodes").glob("eval-*.html"))) == 2
+    assert_no_key_material(run.stdout + run.stderr, SECRETS)
+
+
+def test_eval_async_submits_every_rollout_at_once_and_polls_the_results(
+    app_server: AppServer, fake_model: FakeModel, tmp_path: Path
+) -> None:
+    """Four rollouts with `--concurrency 1`: submitted together (all four run while the model holds its
+    answers, which one POST /rollout at a time could not do), each result polled."""
+    gate = threading.Event()
+    fake_model.default = gated(gate)
+    args = (
+        "eval",
+        *("--base-url", app_server.base_url, "--api-key", TEST_KEY),
+        *("--inference-url", fake_model.url(), "--model", "fake-model"),
+        *("--seeds", "3,5", "--repeats", "2", "--decisions", "2", "--concurrency", "1", "--async"),
+    )
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(_task_app, *args, cwd=tmp_path)
+        try:
+            wait_until(lambda: app_server.health()["rollouts"]["active"] == 4, timeout=RUN_TIMEOUT_S)
+        finally:
+            gate.set()
+        run = running.result(timeout=RUN_TIMEOUT_S)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert {seed: (steps, stop) for seed, (_, steps, stop) in _rows(run.stdout).items()} == {
+        3: (2, "completed"),
+        5: (2, "completed"),
+    }
+    assert "Over 2 seed(s), 2 rollout(s) each" in run.stdout
+    assert len(fake_model.requests) == 8
     assert_no_key_material(run.stdout + run.stderr, SECRETS)
 
 

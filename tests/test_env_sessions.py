@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
-from helpers import FakeModalDict, game_state
+from helpers import FakeClock, FakeModalDict, game_state
 
 from task_app.core.errors import Conflict, Gone, InvalidRequest, NotFound, RateLimited
 from task_app.game import ACTIONS, Game, WorldFactory
@@ -25,14 +25,6 @@ from task_app.store.sqlite import SqliteStore
 pytestmark = pytest.mark.anyio
 
 SPEC = EnvSpec("crafter", 11, (64, 64), 10_000, None, "test")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def call(*actions: str) -> list[dict[str, Any]]:
@@ -120,7 +112,7 @@ async def test_alternating_processes_give_the_trajectory_of_one(worlds: WorldFac
 
 
 async def test_idle_envs_expire_and_free_their_slot(worlds: WorldFactory) -> None:
-    clock = Clock()
+    clock = FakeClock()
     manager = sessions(MemoryStore(clock), worlds, ttl_s=100, max_envs=1)
     env_id = (await manager.create(SPEC)).env_id
     clock.now += 50
@@ -165,7 +157,7 @@ async def test_the_store_cap_and_the_step_cap(worlds: WorldFactory) -> None:
 
 
 async def test_snapshots_per_env_are_capped_until_the_oldest_expires(worlds: WorldFactory) -> None:
-    clock = Clock()
+    clock = FakeClock()
     manager = sessions(MemoryStore(clock), worlds, max_snapshots=2, ttl_s=100)
     env_id = (await manager.create(SPEC)).env_id
     await manager.snapshot(env_id)
@@ -236,7 +228,7 @@ async def test_snapshots_restore_and_branches_are_independent(worlds: WorldFacto
 
 
 async def test_the_reaper_retires_lapsed_envs_and_erases_ended_ones(worlds: WorldFactory) -> None:
-    clock = Clock()
+    clock = FakeClock()
     store = MemoryStore(clock)
     manager = sessions(store, worlds, ttl_s=100)
     ended = (await manager.create(SPEC)).env_id

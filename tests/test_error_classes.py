@@ -15,11 +15,10 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 from conftest import AppServer, start_app_server, wait_until
-from fake_model import HANG_LIMIT_S, Behaviour, Exchange, FakeModel, error, hang, text, tool_call
+from fake_model import FakeModel, error, gated, hang, text, tool_call
 from helpers import ScriptedPolicy, make_plan, request_body
 
 from task_app.game import WorldFactory
@@ -124,16 +123,6 @@ def test_deadline(client: httpx.Client, fake_model: FakeModel) -> None:
 def test_max_ops_is_an_abort(client: httpx.Client, fake_model: FakeModel) -> None:
     failure = error_of(client.post("/rollout", json=react(fake_model.url(), safety={"max_ops": 3})), "aborted", False)
     assert failure["message"] == "safety.max_ops (3) was reached"
-
-
-def gated(gate: threading.Event) -> Behaviour:
-    async def respond(ex: Exchange) -> None:
-        with anyio.move_on_after(HANG_LIMIT_S):
-            while not gate.is_set() and not ex.stopping.is_set():  # noqa: ASYNC110 - a thread's event
-                await anyio.sleep(0.005)
-        await tool_call("noop")(ex)
-
-    return respond
 
 
 def test_aborted(server: AppServer, client: httpx.Client, fake_model: FakeModel) -> None:

@@ -36,6 +36,10 @@ CONTRACT_ROUTES = {
     ("POST", "/done"),
     ("GET", "/run/status/{run_id}"),
     ("POST", "/run/abort"),
+    ("POST", "/rollouts"),
+    ("GET", "/runs/{run_id}"),
+    ("GET", "/runs/{run_id}/result"),
+    ("GET", "/metrics"),
     ("POST", "/proxy/v1/chat/completions"),
     ("POST", "/proxy/groq/v1/chat/completions"),
 }

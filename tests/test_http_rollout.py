@@ -17,11 +17,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
-import anyio
 import httpx
 import pytest
 from conftest import SECRETS, AppServer, assert_no_key_material, open_rollout, wait_until
-from fake_model import HANG_LIMIT_S, Behaviour, Exchange, FakeModel, hang, tool_call
+from fake_model import FakeModel, gated, hang, tool_call
 from helpers import SAMPLES, error_body, new_run_id, request_body
 from synth_ai.task.contracts import RolloutResponse as SynthAIRolloutResponse
 
@@ -36,19 +35,6 @@ STEP_COUNT = re.compile(r"Step (\d+)/")
 
 
 # --- helpers --------------------------------------------------------------------------------------
-
-
-def gated(gate: threading.Event, then: Behaviour | None = None) -> Behaviour:
-    """Answer (with a `noop` call unless `then`) once `gate` is set: a model that is as slow as the test wants."""
-
-    async def respond(ex: Exchange) -> None:
-        with anyio.move_on_after(HANG_LIMIT_S):
-            # a threading.Event set by the test thread: poll it (an anyio.Event cannot be set from there)
-            while not gate.is_set() and not ex.stopping.is_set():  # noqa: ASYNC110
-                await anyio.sleep(0.005)
-        await (then or tool_call("noop"))(ex)
-
-    return respond
 
 
 def sample_request(name: str, model: FakeModel, ops: list[Any]) -> dict[str, Any]:
@@ -414,7 +400,7 @@ def test_the_concurrency_cap_answers_429_without_waiting_for_a_slot(
         for response in refused:
             error_body(response, 429, "capacity_exceeded")
             assert int(response.headers["Retry-After"]) >= 1
-        assert server.health()["rollouts"] == {"active": 2, "limit": 2}
+        assert server.health()["rollouts"] == {"active": 2, "limit": 2, "queued": 0}
     finally:
         gate.set()
     responses = [future.result(timeout=WAIT_S) for future in futures]

@@ -1,14 +1,11 @@
-"""core.lru and core.stats: `LruMap` (and the run registry that keeps finished runs in one), the percentile."""
+"""core.lru and core.stats: `LruMap` (the run registry's budgets are in tests/test_run_registry.py), the percentile."""
 
 from __future__ import annotations
 
 import pytest
 
-from task_app.core.errors import NotFound
 from task_app.core.lru import LruMap
 from task_app.core.stats import percentile
-from task_app.rollout.control import RunStatus
-from task_app.rollout.registry import RunRegistry
 
 
 def test_the_least_recently_used_goes_first() -> None:
@@ -47,25 +44,12 @@ def test_a_size_of_zero_keeps_nothing() -> None:
     assert cache.get(1) is None and len(cache) == 0
 
 
-def test_finished_runs_are_kept_by_count_and_by_response_bytes() -> None:
-    registry = RunRegistry(max_active=4, keep_finished=3, keep_bytes=100)
-    for run_id, size in (("r1", 40), ("r2", 40), ("r3", 10)):
-        registry.finish(registry.admit(run_id), RunStatus.COMPLETED, b"x" * size)
-    assert registry.get("r1").status is RunStatus.COMPLETED
-    registry.finish(registry.admit("r4"), RunStatus.COMPLETED, b"x" * 30)  # 120 bytes: r1 goes (its read was no use)
-    with pytest.raises(NotFound):
-        registry.get("r1")
-    assert registry.admit("r2").response == b"x" * 40  # a finished run_id replays its response
-    registry.finish(registry.admit("r5"), RunStatus.ABORTED, None)  # four kept > 3: r2 goes
-    assert [run_id for run_id in ("r2", "r3", "r4", "r5") if _kept(registry, run_id)] == ["r3", "r4", "r5"]
-
-
-def _kept(registry: RunRegistry, run_id: str) -> bool:
-    try:
-        registry.get(run_id)
-    except NotFound:
-        return False
-    return True
+def test_put_returns_what_it_dropped_and_pop_takes_one_out() -> None:
+    cache: LruMap[str, bytes] = LruMap(3, max_weight=10, weight=len)
+    assert cache.put("a", b"1234") == [] and cache.put("b", b"1234") == []
+    assert cache.put("c", b"123") == [("a", b"1234")]  # 11 > 10
+    assert cache.pop("b") == b"1234" and cache.pop("b") is None
+    assert (len(cache), cache.total_weight) == (1, 3)
 
 
 @pytest.mark.parametrize(

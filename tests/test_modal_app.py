@@ -24,10 +24,11 @@ import sqlite3
 import subprocess
 import sys
 import warnings
-from collections.abc import Iterator
-from contextlib import closing, contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, closing, contextmanager
 from dataclasses import asdict
 from pathlib import Path, PurePosixPath
+from types import SimpleNamespace
 from typing import Any
 
 import anyio
@@ -36,6 +37,7 @@ import modal
 import pytest
 from conftest import TEST_KEY, NonLoopbackConnection, assert_no_key_material
 from fake_model import FakeModel, tool_call
+from helpers import FakeModalDict
 from modal._image import _Image
 from modal._load_context import LoadContext
 from modal._utils.async_utils import synchronizer
@@ -43,6 +45,7 @@ from modal.mount import _Mount
 from modal_proto import api_pb2
 
 from task_app.core.rubrics import RUBRIC_FILES
+from task_app.store.modal_dict import ModalDictStore
 from task_app.web.local_server import serve_in_thread
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -231,7 +234,7 @@ def test_function_info_shows_resources_secrets_volume_and_concurrency() -> None:
         "modal.Secret.from_name('openai-api-key')",
         "modal.Secret.from_name('groq-api-key')",
     ]
-    assert info.method_names == ["fastapi_app"]
+    assert info.method_names == ["fastapi_app", "run_accepted"]
 
 
 def test_deploy_request_carries_autoscaling_snapshot_and_label() -> None:
@@ -493,6 +496,8 @@ def test_factory_app_serves_a_rollout_with_image_rubrics_and_synced_traces(
     monkeypatch.setenv("TASKAPP_OPENAI_BASE_URL", fake_model.url("/v1"))
     monkeypatch.setenv("MODAL_TASK_ID", "ta-01OFFLINE/test")
     fake_model.default = tool_call("move_left", "do")
+    shared = FakeModalDict()  # the Dict the image names (the run registry and env sessions), as documented
+    monkeypatch.setattr(ModalDictStore, "from_name", classmethod(lambda cls, name: cls(shared)))
 
     with pytest.warns(UserWarning, match="will not have access to the mounted Volume"):
         web_app = modal_app.CrafterTaskApp().fastapi_app.local()
@@ -522,6 +527,7 @@ def test_factory_app_serves_a_rollout_with_image_rubrics_and_synced_traces(
         assert settings.traces_db == tmp_path / "local-disk" / "ta-01OFFLINE_test.db"
         assert settings.max_concurrent_rollouts == modal_app.CONFIG.max_inputs
         assert web_app.state.task_app.sessions.store.name == "modal-dict"  # env sessions in the shared Dict
+        assert client.get("/runs/modal-local-1").json()["status"] == "completed"  # and the run registry
     assert [record.headers["authorization"] for record in fake_model.requests] == [f"Bearer {OPENAI_KEY}"] * 8
 
     copied = volume / "ta-01OFFLINE_test.db"  # written by the final sync at shutdown
@@ -585,3 +591,134 @@ def test_container_names_are_file_safe() -> None:
     assert modal_app.container_name({"MODAL_TASK_ID": "ta-01ABC"}) == "ta-01ABC"
     assert modal_app.container_name({"MODAL_TASK_ID": "../../etc/passwd"}) == ".._.._etc_passwd"
     assert re.fullmatch(r"local-[A-Za-z0-9._-]+-\d+", modal_app.container_name({}))
+
+
+# --- accepted runs: spawned calls of CrafterTaskApp.run_accepted -----------------------------------
+#
+# `.spawn()` needs a Modal account. What runs offline: the class declares the method (not a web
+# endpoint, async, no retries), the handover calls `.spawn.aio(run_id, attempt)` on it, and the body of
+# the method runs a handed-over run on another "container": two apps built by `build_app`, their
+# lifespans in one event loop, sharing one `FakeModalDict` as the containers share the Dict.
+
+
+class SpawnedCalls:
+    """`modal.Function` as the handover uses it (`.spawn.aio(*args)`): each call queued for the test to
+    deliver, as Modal queues them for its containers."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.fail = fail
+        self.spawn = self
+
+    async def aio(self, *args: Any) -> object:
+        if self.fail:
+            raise modal.exception.Error("spawn refused")
+        self.calls.append(args)
+        return object()
+
+
+def run_accepted_body() -> Any:
+    """The function `CrafterTaskApp.run_accepted` wraps, as a container calls it on its instance."""
+    user_cls = synchronizer._translate_in(modal_app.CrafterTaskApp)._user_cls
+    return synchronizer._translate_in(user_cls.__dict__["run_accepted"]).raw_f
+
+
+def test_run_accepted_is_a_plain_async_method_of_the_class() -> None:
+    info = modal_app.CrafterTaskApp().run_accepted.info()
+    assert info.web_info is None and info.max_retries is None  # an input; a failure is not re-run by Modal
+    assert set(info.method_details) == {"fastapi_app"}  # the one web endpoint
+    assert inspect.iscoroutinefunction(run_accepted_body())
+    with fresh_modal_app() as module:
+        function, _ = function_create_request(module)
+    method = function.method_definitions["run_accepted"]
+    assert method.webhook_config.type == api_pb2.WEBHOOK_TYPE_UNSPECIFIED
+
+
+def test_the_handover_spawns_the_method_with_the_run_id_and_attempt() -> None:
+    calls = SpawnedCalls()
+    anyio.run(modal_app.spawner(calls), "run-1", 2)
+    assert calls.calls == [("run-1", 2)]
+
+
+@pytest.fixture
+def containers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """`containers(handover)`: the app of one more container (its own task id and trace file)."""
+    monkeypatch.setattr(modal_app, "LIVE_TRACES_DIR", tmp_path / "local-disk")
+    monkeypatch.setattr(modal_app, "VOLUME_TRACES_DIR", tmp_path / "volume")
+    for key, value in modal_app.CONFIG.image_env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", TEST_KEY)
+    monkeypatch.setenv("TASKAPP_WARM_UP", "false")
+    shared = FakeModalDict()
+    monkeypatch.setattr(ModalDictStore, "from_name", classmethod(lambda cls, name: cls(shared)))
+    built = iter(range(100))
+
+    def build(handover: Any = None) -> Any:
+        monkeypatch.setenv("MODAL_TASK_ID", f"ta-OFFLINE{next(built)}")
+        return modal_app.build_app(handover=handover)
+
+    return build
+
+
+@asynccontextmanager
+async def serving(*apps: Any) -> AsyncIterator[list[httpx.AsyncClient]]:
+    async with AsyncExitStack() as stack:
+        clients = []
+        for web_app in apps:
+            await stack.enter_async_context(web_app.router.lifespan_context(web_app))
+            transport = httpx.ASGITransport(app=web_app)
+            client = httpx.AsyncClient(
+                transport=transport, base_url="http://container", headers={"X-API-Key": TEST_KEY}
+            )
+            clients.append(await stack.enter_async_context(client))
+        yield clients
+
+
+def scripted(decisions: int) -> dict[str, Any]:
+    return {
+        "run_id": f"spawned-{os.urandom(4).hex()}",
+        "mode": "eval",
+        "env": {"env_name": "crafter", "seed": 3},
+        "policy": {"policy_name": "crafter-scripted", "config": {"max_llm_calls": decisions}},
+        "ops": ["agent", "env"] * decisions,
+    }
+
+
+@pytest.mark.anyio
+async def test_a_spawned_call_runs_the_accepted_run_on_another_container(containers: Any) -> None:
+    calls = SpawnedCalls()
+    accepting, running = containers(modal_app.spawner(calls)), containers()
+    method = run_accepted_body()
+    async with serving(accepting, running) as (a, b):
+        body = scripted(3)
+        accepted = await a.post("/rollouts", json=body)
+        assert accepted.status_code == 202 and accepted.json()["runs"][0]["status"] == "queued"
+        assert calls.calls == [(body["run_id"], 0)]  # only the run_id and attempt travel with the call
+        assert (await b.get(f"/runs/{body['run_id']}")).json()["status"] == "queued"  # Modal holds the input
+        await method(SimpleNamespace(web_app=running), *calls.calls[0])  # the input, on another container
+        result = await a.get(f"/runs/{body['run_id']}/result")
+        assert result.status_code == 200 and result.json()["metrics"]["num_steps"] == 3
+        await method(SimpleNamespace(web_app=accepting), *calls.calls[0])  # delivered twice: not run again
+        metrics = [web_app.state.task_app.metrics.registry for web_app in (accepting, running)]
+        assert [each.get_sample_value("taskapp_rollouts_started_total") for each in metrics] == [0, 1]
+
+        aborted = scripted(50)
+        assert (await a.post("/rollouts", json=aborted)).status_code == 202
+        stopped = await b.post("/run/abort", json={"run_id": aborted["run_id"]})  # before any container took it
+        assert stopped.json()["status"] == "queued"
+        await method(SimpleNamespace(web_app=running), *calls.calls[1])
+        late = (await b.get(f"/runs/{aborted['run_id']}/result")).json()
+        assert late["aborted"] is True and late["metrics"]["num_steps"] == 0
+
+
+@pytest.mark.anyio
+async def test_a_refused_spawn_ends_the_run_failed_and_free_to_submit_again(containers: Any) -> None:
+    async with serving(containers(modal_app.spawner(SpawnedCalls(fail=True)))) as (a,):
+        body = scripted(2)
+        assert (await a.post("/rollouts", json=body)).status_code == 202
+        seen = (await a.get(f"/runs/{body['run_id']}")).json()
+        assert seen["status"] == "failed" and seen["error"]["code"] == "handover_failed"
+        refused = await a.get(f"/runs/{body['run_id']}/result")
+        assert refused.status_code == 409 and refused.json()["error"]["code"] == "run_failed"
+        again = await a.post("/rollout", json=body)  # it never ran: the run_id is free for attempt 1
+        assert again.status_code == 200 and (await a.get(f"/runs/{body['run_id']}")).json()["attempt"] == 1

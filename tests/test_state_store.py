@@ -9,17 +9,15 @@ import json
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import modal
 import pytest
 from conftest import ROOT
-from helpers import FakeModalDict
+from helpers import FakeClock, FakeModalDict
 
 from task_app.store import StateStore, StoreUnavailable, open_store
-from task_app.store.memory import MemoryStore
 from task_app.store.modal_dict import ModalDictStore
 from task_app.store.modal_dict import _wrap as wrap
 from task_app.store.sqlite import SqliteStore
@@ -27,31 +25,7 @@ from task_app.store.sqlite import SqliteStore
 pytestmark = pytest.mark.anyio
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture(params=["memory", "sqlite", "modal-dict"])
-async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[tuple[StateStore, Clock]]:
-    clock = Clock()
-    store: StateStore
-    if request.param == "memory":
-        store = MemoryStore(clock)
-    elif request.param == "sqlite":
-        store = await SqliteStore(tmp_path / "state.db", clock).open()
-    else:
-        store = ModalDictStore(FakeModalDict(latency_s=0.001, clock=clock), clock=clock)
-    try:
-        yield store, clock
-    finally:
-        await store.close()
-
-
-async def test_get_put_delete_and_get_many(backend: tuple[StateStore, Clock]) -> None:
+async def test_get_put_delete_and_get_many(backend: tuple[StateStore, FakeClock]) -> None:
     store, _ = backend
     assert await store.get("a/1") is None
     await store.put("a/1", b"one")
@@ -65,7 +39,7 @@ async def test_get_put_delete_and_get_many(backend: tuple[StateStore, Clock]) ->
     assert await store.scan("a/") == ["a/2"]
 
 
-async def test_put_if_absent_has_one_winner(backend: tuple[StateStore, Clock]) -> None:
+async def test_put_if_absent_has_one_winner(backend: tuple[StateStore, FakeClock]) -> None:
     store, _ = backend
     outcomes: list[bool] = []
 
@@ -82,7 +56,7 @@ async def test_put_if_absent_has_one_winner(backend: tuple[StateStore, Clock]) -
     assert winner >= 0
 
 
-async def test_ttl_expiry_frees_a_key_for_a_new_claim(backend: tuple[StateStore, Clock]) -> None:
+async def test_ttl_expiry_frees_a_key_for_a_new_claim(backend: tuple[StateStore, FakeClock]) -> None:
     store, clock = backend
     assert await store.put_if_absent("slot/1", b"first", ttl_s=10)
     assert await store.put_if_absent("slot/1", b"second", ttl_s=10) is False
@@ -100,7 +74,7 @@ async def test_ttl_expiry_frees_a_key_for_a_new_claim(backend: tuple[StateStore,
     assert await store.get("slot/1") is None
 
 
-async def test_purge_drops_expired_entries(backend: tuple[StateStore, Clock]) -> None:
+async def test_purge_drops_expired_entries(backend: tuple[StateStore, FakeClock]) -> None:
     store, clock = backend
     await store.put("t/1", b"x", ttl_s=1)
     await store.put("t/2", b"y")
@@ -110,7 +84,7 @@ async def test_purge_drops_expired_entries(backend: tuple[StateStore, Clock]) ->
     assert await store.scan("t/") == ["t/2"]
 
 
-async def test_keys_are_checked(backend: tuple[StateStore, Clock]) -> None:
+async def test_keys_are_checked(backend: tuple[StateStore, FakeClock]) -> None:
     store, _ = backend
     for bad in ("", "has space", "quote'", "x" * 600):
         with pytest.raises(ValueError, match="invalid state-store key"):
@@ -191,7 +165,7 @@ def test_the_backend_calls_only_what_modal_dict_offers() -> None:
 
 
 async def test_values_reach_modal_as_bytes_and_expire_after_seven_idle_days() -> None:
-    clock = Clock()
+    clock = FakeClock()
     fake = FakeModalDict(clock=clock)
     store = ModalDictStore(fake, clock=clock)
     await store.put("k", b"payload")
@@ -221,7 +195,7 @@ class RivalClaimsFirst(FakeModalDict):
 async def test_reclaiming_an_expired_modal_key() -> None:
     """The one multi-call path: an expired entry is popped and the key claimed again; when the entry
     popped is a rival's fresh claim instead, it is given back and the claim reports a loss."""
-    clock = Clock()
+    clock = FakeClock()
     store = ModalDictStore(FakeModalDict(clock=clock), clock=clock)
     assert await store.put_if_absent("slot", b"old", ttl_s=5)
     clock.now += 6

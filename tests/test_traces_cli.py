@@ -459,7 +459,9 @@ def test_reading_never_writes(cli: Any, corpus: Corpus, tmp_path: Path) -> None:
 
 def test_unreadable_databases_exit_2_with_a_message(cli: Any, tmp_path: Path) -> None:
     missing = tmp_path / "missing.db"
-    cases = {missing: "no trace database at", tmp_path: "is not a file"}
+    folder = tmp_path / "no-databases"  # a folder is read as every database in it
+    folder.mkdir()
+    cases = {missing: "no trace database at", folder: "no trace databases (*.db) in"}
     text = tmp_path / "notes.txt"
     text.write_text("these are not traces\n" * 10)
     cases[text] = "is not an SQLite database"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import crafter
 import numpy as np
 import pytest
@@ -71,6 +73,15 @@ def test_repeated_seed_is_a_cache_hit() -> None:
     factory.world(22, (32, 32), 100)
     assert (factory.hits, factory.misses) == (1, 3)
     assert len(factory) == 3
+
+
+def test_concurrent_requests_for_a_new_seed_generate_it_once() -> None:
+    """A GRPO group's rollouts start together: one generation, the others restore it."""
+    factory = WorldFactory(cache_size=8)
+    with ThreadPoolExecutor(4) as pool:
+        envs = list(pool.map(lambda _: factory.world(23, (32, 32), 100), range(4)))
+    assert (factory.misses, factory.hits) == (1, 3)
+    assert len({world_digest(env) for env in envs}) == 1 and len({id(env) for env in envs}) == 4
 
 
 def test_cache_stays_bounded() -> None:

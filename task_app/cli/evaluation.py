@@ -1,12 +1,16 @@
 """Drive rollouts against a task app over HTTP, as a trainer does, and report the results.
 
 Used by `task-app demo` (local server, scripted policy) and `task-app eval` (any server, any
-OpenAI-compatible model).
+OpenAI-compatible model). Two ways to drive them: `run_rollouts` holds one `POST /rollout` open per
+rollout (at most `concurrency` at once); `submit_rollouts` (`task-app eval --async`) submits every
+rollout with `POST /rollouts`, one group per seed, and polls `GET /runs/{run_id}/result` (at most
+`concurrency` polls at once), submitting a run that was lost with its container again.
 """
 
 from __future__ import annotations
 
 import time
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -76,6 +80,12 @@ def _row(seed: int, run_id: str, started: float, response: httpx.Response) -> Ep
     return row
 
 
+def _progress(console: Console | None) -> Progress:
+    return Progress(
+        TextColumn("rollouts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console, transient=True
+    )
+
+
 async def run_rollouts(
     base_url: str,
     api_key: str,
@@ -88,14 +98,7 @@ async def run_rollouts(
     rows: list[EpisodeRow | None] = [None] * len(requests)
     limiter = anyio.Semaphore(concurrency)
     headers = {"X-API-Key": api_key}
-    progress = Progress(
-        TextColumn("rollouts"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
+    progress = _progress(console)
     async with httpx.AsyncClient(
         base_url=base_url, headers=headers, timeout=timeout_s, follow_redirects=True
     ) as client:
@@ -108,12 +111,7 @@ async def run_rollouts(
                     response = await client.post("/rollout", json=request)
                     rows[index] = _row(seed, request["run_id"], started, response)
                 except httpx.HTTPError as exc:
-                    rows[index] = EpisodeRow(
-                        seed=seed,
-                        run_id=request["run_id"],
-                        error=type(exc).__name__,
-                        duration_s=time.perf_counter() - started,
-                    )
+                    rows[index] = _failed(request, type(exc).__name__, started)
                 progress.advance(task)
 
         with progress:
@@ -122,6 +120,97 @@ async def run_rollouts(
                 for index, request in enumerate(requests):
                     group.start_soon(one, index, request)
     return [row for row in rows if row is not None]
+
+
+MAX_RESUBMITS = 2  # a lost run is submitted again at most this often
+POLL_MAX_S = 10.0
+
+
+class _Submitted:
+    """The runs of `submit_rollouts`: submitted by group, each polled until its result is there."""
+
+    def __init__(self, client: httpx.AsyncClient, requests: Sequence[dict[str, Any]], concurrency: int) -> None:
+        self.client, self.requests = client, requests
+        self.rows: list[EpisodeRow | None] = [None] * len(requests)
+        self.limiter = anyio.Semaphore(concurrency)
+        self.started = time.perf_counter()
+
+    async def submit(self, indices: list[int]) -> bool:
+        try:
+            response = await self.client.post("/rollouts", json=[self.requests[index] for index in indices])
+        except httpx.HTTPError as exc:
+            error = type(exc).__name__
+        else:
+            if response.status_code == httpx.codes.ACCEPTED:
+                return True
+            error = _row(0, "", self.started, response).error or f"HTTP {response.status_code}"
+        for index in indices:
+            self.rows[index] = _failed(self.requests[index], error, self.started)
+        return False
+
+    async def collect(self, index: int, deadline: float) -> None:
+        request, resubmits = self.requests[index], 0
+        while anyio.current_time() < deadline:
+            async with self.limiter:
+                try:
+                    response = await self.client.get(f"/runs/{request['run_id']}/result")
+                except httpx.HTTPError as exc:
+                    self.rows[index] = _failed(request, type(exc).__name__, self.started)
+                    return
+            if response.status_code == httpx.codes.ACCEPTED:
+                await anyio.sleep(min(POLL_MAX_S, float(response.headers.get("Retry-After", "1"))))
+                continue
+            if _code(response) == "run_lost" and resubmits < MAX_RESUBMITS:
+                resubmits += 1
+                if await self.submit([index]):
+                    continue
+                return
+            self.rows[index] = _row(int(request["env"]["seed"]), request["run_id"], self.started, response)
+            return
+        self.rows[index] = _failed(request, "timed out waiting for the result", self.started)
+
+
+async def submit_rollouts(
+    base_url: str,
+    api_key: str,
+    requests: Sequence[dict[str, Any]],
+    concurrency: int,
+    timeout_s: float = 3700.0,
+    console: Console | None = None,
+) -> list[EpisodeRow]:
+    """Submit every request (`POST /rollouts`, the repeats of a seed as one group), then poll each
+    result until it is there; rows in request order."""
+    groups: dict[int, list[int]] = defaultdict(list)
+    for index, request in enumerate(requests):
+        groups[int(request["env"]["seed"])].append(index)
+    progress = _progress(console)
+    deadline = anyio.current_time() + timeout_s
+    async with httpx.AsyncClient(base_url=base_url, headers={"X-API-Key": api_key}, timeout=60.0) as client:
+        runs = _Submitted(client, requests, concurrency)
+        with progress:
+            task = progress.add_task("rollouts", total=len(requests))
+
+            async def one(index: int) -> None:
+                await runs.collect(index, deadline)
+                progress.advance(task)
+
+            submitted = [indices for indices in groups.values() if await runs.submit(indices)]
+            async with anyio.create_task_group() as group:
+                for index in (index for indices in submitted for index in indices):
+                    group.start_soon(one, index)
+    return [row for row in runs.rows if row is not None]
+
+
+def _code(response: httpx.Response) -> str | None:
+    try:
+        return str(response.json()["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _failed(request: dict[str, Any], error: str, started: float) -> EpisodeRow:
+    seed, run_id = int(request["env"]["seed"]), str(request["run_id"])
+    return EpisodeRow(seed=seed, run_id=run_id, error=error, duration_s=time.perf_counter() - started)
 
 
 def _score(value: float | None) -> str:

@@ -18,7 +18,7 @@ from ..inspection.eval_stats import eval_summary
 from ..inspection.report import request_with_trace, write_report
 from ..web.local_server import HTTP_PARSER, serve_in_thread
 from ..web.server import create_app
-from .evaluation import parse_seeds, print_eval_summary, report, rollout_request, run_rollouts
+from .evaluation import parse_seeds, print_eval_summary, report, rollout_request, run_rollouts, submit_rollouts
 from .traces import add_traces_parser
 from .view import add_viewer_parsers
 
@@ -90,7 +90,8 @@ def _eval(args: argparse.Namespace) -> int:
     ]
     if args.report is not None:
         requests = [request_with_trace(request) for request in requests]
-    rows = anyio.run(run_rollouts, args.base_url, args.api_key, requests, args.concurrency, 3700.0, console)
+    drive = submit_rollouts if args.submit else run_rollouts
+    rows = anyio.run(drive, args.base_url, args.api_key, requests, args.concurrency, args.timeout, console)
     for row, (_, repeat) in zip(rows, plan, strict=True):
         row.repeat = repeat
     report(rows, console)
@@ -141,7 +142,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", type=Path, default=None, metavar="FILE", help="also write every figure as JSON (- for stdout)"
     )
     evaluate.add_argument("--decisions", type=int, default=50)
-    evaluate.add_argument("--concurrency", type=int, default=8)
+    evaluate.add_argument(
+        "--concurrency", type=int, default=8, help="rollouts in flight (with --async: result polls in flight)"
+    )
+    evaluate.add_argument(
+        "--async",
+        dest="submit",
+        action="store_true",
+        help="submit every rollout at once (POST /rollouts, a group per seed) and poll the results",
+    )
+    evaluate.add_argument("--timeout", type=float, default=3700.0, help="seconds to wait for all results")
     evaluate.add_argument("--temperature", type=float, default=None)
     evaluate.add_argument("--policy", default="crafter-react")
     evaluate.add_argument("--report", type=Path, default=None, help="also write an HTML report and episode pages")

@@ -4,8 +4,9 @@
     task-app traces [--db PATH] show RUN_ID [--json] [--full]
     task-app traces [--db PATH] export --format jsonl|openai-sft|tokens [filters] -o FILE
 
-`--db` is opened read-only (`trace_db.py`): the CLI never creates, migrates or writes a database, so
-it is safe to run against the file a live server is writing.
+`--db` is a database or a folder of them read as one (every container's file, `trace_db.py`), opened
+read-only: the CLI never creates, migrates or writes a database, so it is safe to run against the file
+a live server is writing.
 
 Export formats, one line per LLM call:
 - `jsonl`: the seed's SFT record (seed-behaviour §6.6, `sft_records_from_trace`), every answered call;
@@ -27,7 +28,7 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -438,9 +439,9 @@ def _token_lines(trace: Mapping[str, Any], model: str | None, stats: ExportStats
     stats.without_tokens += answered - kept
 
 
-def _prepare_output(output: Path, db: Path) -> None:
-    if output.exists() and output.resolve() == db.resolve():
-        raise CliError(f"refusing to overwrite the trace database {db} with the export")
+def _prepare_output(output: Path, databases: Sequence[Path]) -> None:
+    if output.exists() and output.resolve() in {db.resolve() for db in databases}:
+        raise CliError(f"refusing to overwrite the trace database {output} with the export")
     if output.is_dir():
         raise CliError(f"{output} is a directory; -o takes a file name")
     try:
@@ -454,7 +455,7 @@ async def _export_command(args: argparse.Namespace, db: Path) -> int:
     stats = ExportStats()
     stderr = Console(stderr=True)
     async with reading(db) as store:
-        await anyio.to_thread.run_sync(_prepare_output, output, db)
+        await anyio.to_thread.run_sync(_prepare_output, output, store.paths)
         sessions = await store.list_sessions(args.since, args.min_achievements, args.model, ALL_ROWS)
         run_ids = [row["session_id"] for row in reversed(sessions)]  # oldest first
         progress = Progress(

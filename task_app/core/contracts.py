@@ -95,6 +95,14 @@ class RolloutRequest(_Lenient):
     synth_base_url: str | None = None
 
 
+class AsyncRolloutRequest(RolloutRequest):
+    """One rollout of `POST /rollouts`: a RolloutRequest, and where to send its response when it ends."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    callback_url: str | None = Field(default=None, max_length=2048)
+
+
 class AbortRequest(_Lenient):
     run_id: str = Field(min_length=1, max_length=RUN_ID_MAX_LENGTH, pattern=RUN_ID_PATTERN)
 
@@ -187,15 +195,40 @@ class HealthResponse(BaseModel):
     detail: str | None = None
 
 
+RunStatusName = Literal["queued", "running", "completed", "aborted", "failed", "lost"]
+
+
 class RunStatusResponse(BaseModel):
-    """`GET /run/status/{run_id}`."""
+    """`GET /run/status/{run_id}` and `GET /runs/{run_id}`: the run as any process of the fleet sees it."""
 
     model_config = ConfigDict(extra="allow")
     run_id: str
-    status: Literal["running", "completed", "aborted", "failed"]
-    started_at: str
+    status: RunStatusName
+    attempt: int
+    started_at: str | None
     finished_at: str | None
     progress: dict[str, Any]
+    status_url: str
+    result_url: str
+    callback: dict[str, Any] | None = None
+
+
+class SubmittedRun(BaseModel):
+    """One run of a `POST /rollouts` answer; `accepted` false: the run_id was taken, as `status` says."""
+
+    model_config = ConfigDict(extra="allow")
+    run_id: str
+    attempt: int
+    status: RunStatusName
+    accepted: bool
+    status_url: str
+    result_url: str
+
+
+class SubmitResponse(BaseModel):
+    """`POST /rollouts` (202)."""
+
+    runs: list[SubmittedRun]
 
 
 class AbortResponse(BaseModel):
@@ -204,7 +237,7 @@ class AbortResponse(BaseModel):
     model_config = ConfigDict(extra="allow")
     ok: bool
     run_id: str
-    status: Literal["running", "completed", "aborted", "failed"]
+    status: RunStatusName
 
 
 class DoneResponse(BaseModel):

@@ -36,16 +36,27 @@ class LruMap(Generic[K, V]):
             self._items.move_to_end(key)
         return item[0]
 
-    def put(self, key: K, value: V) -> None:
+    def put(self, key: K, value: V) -> list[tuple[K, V]]:
+        """Store `value` under `key`; returns the entries dropped to make room (oldest first)."""
         previous = self._items.pop(key, None)
         if previous is not None:
             self.total_weight -= previous[1]
         weight = self._weight(value) if self._weight is not None else 0
         self._items[key] = (value, weight)
         self.total_weight += weight
+        dropped: list[tuple[K, V]] = []
         while self._items and (len(self._items) > self.max_items or self._too_heavy()):
-            _, (_, dropped) = self._items.popitem(last=False)
-            self.total_weight -= dropped
+            old_key, (old_value, old_weight) = self._items.popitem(last=False)
+            self.total_weight -= old_weight
+            dropped.append((old_key, old_value))
+        return dropped
+
+    def pop(self, key: K) -> V | None:
+        item = self._items.pop(key, None)
+        if item is None:
+            return None
+        self.total_weight -= item[1]
+        return item[0]
 
     def _too_heavy(self) -> bool:
         return self.max_weight is not None and self.total_weight > self.max_weight

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 MAX_SEED = 2**31 - 1
@@ -65,7 +65,9 @@ class Settings(BaseSettings):
     max_time_s: float = Field(default=3600.0, gt=0, description="upper bound on safety.max_time_s")
     max_actions_per_decision: int = Field(default=8, ge=1, le=64)
     unusable_answers_limit: int = Field(default=3, ge=1)
-    run_registry_size: int = Field(default=4096, ge=16, description="completed runs kept for replay/status")
+    run_registry_size: int = Field(
+        default=4096, ge=16, description="finished runs per process whose run_id and response stay in the state store"
+    )
     history_length: int = Field(default=5, ge=0, le=50)
 
     # --- the world -----------------------------------------------------------------------------
@@ -113,6 +115,24 @@ class Settings(BaseSettings):
     openenv_max_sessions: int = Field(default=64, ge=1, description="OpenEnv WebSocket sessions per process")
     openenv_token_ttl_s: float = Field(default=3600.0, ge=1, description="longest OpenEnv session-token lifetime")
 
+    # --- runs across the fleet (the run registry in the state store), async submission ----------
+    runs_ttl_s: float = Field(default=86_400.0, ge=60, description="how long a finished run_id is remembered")
+    runs_result_ttl_s: float = Field(default=3600.0, ge=10, description="how long a finished run's response is kept")
+    runs_result_bytes: int = Field(
+        default=64 * 1024 * 1024, ge=0, description="bytes of stored responses per process, oldest deleted first"
+    )
+    runs_heartbeat_s: float = Field(default=2.0, gt=0, le=60, description="interval of a process's heartbeat")
+    runs_lost_after_s: float = Field(default=30.0, gt=0, description="a run is lost once its process is silent so long")
+    runs_abort_poll_s: float = Field(default=0.25, gt=0, le=10, description="how often a process looks for aborts")
+    max_queued_rollouts: int = Field(
+        default=4096, ge=1, description="accepted rollouts waiting for a slot, per process"
+    )
+    max_batch_rollouts: int = Field(default=256, ge=1, le=10_000, description="rollouts per POST /rollouts")
+    callback_max_attempts: int = Field(default=5, ge=1, le=20)
+    callback_backoff_s: float = Field(default=1.0, ge=0, le=60)
+    callback_timeout_s: float = Field(default=30.0, gt=0)
+    rollout_log: bool = Field(default=False, description="one JSON line per finished rollout on stderr")
+
     @field_validator("environment_api_key_aliases", "cors_origins", "inference_allowed_hosts", mode="before")
     @classmethod
     def _split_csv(cls, value: object) -> object:
@@ -124,6 +144,12 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(int(part) for part in value.split(","))
         return value
+
+    @model_validator(mode="after")
+    def _lost_after_several_beats(self) -> Settings:
+        if self.runs_lost_after_s < 3 * self.runs_heartbeat_s:
+            raise ValueError("TASKAPP_RUNS_LOST_AFTER_S must be at least 3 x TASKAPP_RUNS_HEARTBEAT_S")
+        return self
 
     @property
     def api_keys(self) -> list[str]:

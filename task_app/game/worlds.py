@@ -144,6 +144,7 @@ class WorldFactory:
         self._snapshots: LruMap[WorldKey, bytes] = LruMap(cache_size)
         self._blanks: dict[tuple[tuple[int, int], int], bytes] = {}
         self._lock = threading.Lock()
+        self._generating: dict[WorldKey, threading.Lock] = {}  # one generation per new world at a time
         self._textures = engine.Textures(crafter.constants.root / "assets")
         self.hits = 0
         self.misses = 0
@@ -181,21 +182,35 @@ class WorldFactory:
         return env
 
     def world(self, seed: int, area: tuple[int, int] = (64, 64), length: int = 10_000) -> GameEnv:
-        """The world for `seed` right after reset: from the cache, or generated and cached."""
+        """The world for `seed` right after reset: from the cache, or generated and cached. Concurrent
+        requests for one new world (a GRPO group) wait for one generation and restore it after."""
         key: WorldKey = (seed, (area[0], area[1]), length)
+        snapshot = self._cached(key)
+        if snapshot is not None:
+            return self._loads(snapshot)
+        with self._lock:
+            gate = self._generating.setdefault(key, threading.Lock())
+        with gate:
+            snapshot = self._cached(key)
+            if snapshot is not None:
+                return self._loads(snapshot)
+            env = self.generate(seed, area, length)
+            if self._snapshots.max_items:
+                data = self._dumps(env)
+                with self._lock:
+                    self.misses += 1
+                    self._snapshots.put(key, data)
+        with self._lock:
+            if self._generating.get(key) is gate:
+                del self._generating[key]
+        return env
+
+    def _cached(self, key: WorldKey) -> bytes | None:
         with self._lock:
             snapshot = self._snapshots.get(key)
             if snapshot is not None:
                 self.hits += 1
-        if snapshot is not None:
-            return self._loads(snapshot)
-        env = self.generate(seed, area, length)
-        if self._snapshots.max_items:
-            data = self._dumps(env)
-            with self._lock:
-                self.misses += 1
-                self._snapshots.put(key, data)
-        return env
+        return snapshot
 
     def __len__(self) -> int:
         return len(self._snapshots)

@@ -9,10 +9,16 @@ import anyio
 
 
 class RunStatus(enum.StrEnum):
+    QUEUED = "queued"  # accepted (POST /rollouts), waiting for a slot or for the process that runs it
     RUNNING = "running"
     COMPLETED = "completed"
     ABORTED = "aborted"
     FAILED = "failed"
+    LOST = "lost"  # its process stopped without finishing it (rollout/fleet.py): it may be submitted again
+
+    @property
+    def finished(self) -> bool:
+        return self in (RunStatus.COMPLETED, RunStatus.ABORTED, RunStatus.FAILED)
 
 
 class RunControl:

@@ -166,8 +166,13 @@ def normalise_ops(raw_ops: list[Any], keep: int) -> tuple[str, ...]:
     return tuple(canonical[name] for name in names[:keep])
 
 
-def check_inference_url(url: str, allowed_hosts: list[str]) -> None:
-    not_http = InvalidRequest("policy.config.inference_url must be an http(s) URL", code="invalid_inference_url")
+def check_outbound_url(
+    url: str, allowed_hosts: list[str], *, field: str, kind: str, credentials_hint: str = ""
+) -> None:
+    """An http(s) URL this app may call (a model server, a callback receiver): no credentials in it, and
+    its host in TASKAPP_INFERENCE_ALLOWED_HOSTS when that is set. 422 `invalid_<kind>_url` or
+    `<kind>_host_not_allowed`."""
+    not_http = InvalidRequest(f"{field} must be an http(s) URL", code=f"invalid_{kind}_url")
     url = url.strip()  # surrounding whitespace is forgiven, as chat_completions_url does
     if _NOT_IN_URL.search(url):
         raise not_http
@@ -179,13 +184,10 @@ def check_inference_url(url: str, allowed_hosts: list[str]) -> None:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise not_http
     if parts.username or parts.password:
-        raise InvalidRequest(
-            "policy.config.inference_url must not carry credentials; use policy.config.api_key",
-            code="invalid_inference_url",
-        )
+        raise InvalidRequest(f"{field} must not carry credentials{credentials_hint}", code=f"invalid_{kind}_url")
     if allowed_hosts and parts.hostname not in {host.strip().lower() for host in allowed_hosts}:
         raise InvalidRequest(
-            f"inference host {parts.hostname!r} is not in the allowed list", code="inference_host_not_allowed"
+            f"{kind} host {parts.hostname!r} is not in the allowed list", code=f"{kind}_host_not_allowed"
         )
 
 
@@ -319,7 +321,13 @@ def build_plan(request: RolloutRequest, settings: Settings) -> RolloutPlan:
                 code="missing_inference_url",
             )
     if policy.inference_url:
-        check_inference_url(policy.inference_url, settings.inference_allowed_hosts)
+        check_outbound_url(
+            policy.inference_url,
+            settings.inference_allowed_hosts,
+            field="policy.config.inference_url",
+            kind="inference",
+            credentials_hint="; use policy.config.api_key",
+        )
     policy = _policy_options(policy, request, settings)
 
     if not request.ops:

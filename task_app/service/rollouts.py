@@ -1,6 +1,7 @@
-"""The rollout service: plan → admission → engine → trace storage → response bytes.
+"""The rollout service: plan → admission → engine → trace storage → response bytes → the fleet's record.
 
-Owned by the app's lifespan; the HTTP routes only translate requests into calls on it.
+Owned by the app's lifespan; the HTTP routes (and `Submissions`, for runs in the background) only
+translate requests into calls on it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import anyio
 import orjson
 
 from ..core.contracts import RolloutRequest
+from ..core.errors import TaskAppError
 from ..core.offload import Offload
 from ..core.rubrics import Rubric
 from ..core.settings import Settings
@@ -23,8 +25,10 @@ from ..rollout.control import RunStatus
 from ..rollout.engine import RolloutEngine
 from ..rollout.plan import RolloutPlan, build_plan
 from ..rollout.registry import RunEntry, RunRegistry
-from ..rollout.result import RolloutResult, StopReason
+from ..rollout.result import DecisionRecord, RolloutResult, StopReason
 from ..tracing.recording import RolloutRows, TraceRecorder
+from .metrics import Metrics
+from .run_log import log_rollout
 
 logger = logging.getLogger(__name__)
 
@@ -33,10 +37,10 @@ PolicyFactory = Callable[[RolloutPlan, float], Policy]
 
 @dataclass(slots=True)
 class Admission:
-    """A rollout admitted to run, or the cached response of a run_id that already completed."""
+    """A rollout admitted to run here (`entry`), or the stored response of a run_id that already ended."""
 
     plan: RolloutPlan
-    entry: RunEntry
+    entry: RunEntry | None
     replay: bytes | None = None
 
 
@@ -53,6 +57,7 @@ class RolloutService:
         policy_factory: PolicyFactory,
         recorder: TraceRecorder,
         offload: Offload,
+        metrics: Metrics,
         rubrics: Mapping[str, Rubric] | None = None,
     ) -> None:
         self.settings = settings
@@ -62,19 +67,27 @@ class RolloutService:
         self.policy_factory = policy_factory
         self.recorder = recorder
         self.offload = offload
+        self.metrics = metrics
 
-    def admit(self, request: RolloutRequest) -> Admission:
-        """Validate into a plan (4xx on mistakes) and take a slot (409 / 429), or find the replay."""
-        plan = build_plan(request, self.settings)
-        entry = self.registry.admit(plan.run_id)
-        replay = entry.response if entry.status is not RunStatus.RUNNING else None
-        return Admission(plan, entry, replay)
+    def plan(self, request: RolloutRequest) -> RolloutPlan:
+        """Validate into a plan: every client mistake a 4xx, before anything is claimed or built."""
+        return build_plan(request, self.settings)
 
-    async def execute(self, admission: Admission) -> bytes:
-        plan, entry = admission.plan, admission.entry
+    async def admit(self, request: RolloutRequest) -> Admission:
+        """A plan and a slot (409 / 429), or the stored response of the run_id."""
+        plan = self.plan(request)
+        admitted = await self.registry.admit(plan.run_id)
+        if isinstance(admitted, bytes):
+            return Admission(plan, None, admitted)
+        return Admission(plan, admitted)
+
+    async def execute(self, plan: RolloutPlan, entry: RunEntry) -> bytes:
+        """Run the rollout `entry` holds a slot for; its end goes into the fleet's record, whatever happens."""
         deadline = anyio.current_time() + plan.max_time_s
-        status, body, policy = RunStatus.FAILED, None, None
+        status, body, policy, result = RunStatus.FAILED, None, None, None
+        error: dict[str, Any] | None = None
         rows = self.recorder.rollout_rows(plan.run_id)
+        self.metrics.started.inc()
         try:
             policy = self.policy_factory(plan, deadline)
             engine = RolloutEngine(
@@ -86,7 +99,7 @@ class RolloutService:
                 history_length=self.settings.history_length,
                 unusable_limit=self.settings.unusable_answers_limit,
                 deadline=deadline,
-                on_record=rows.add if rows is not None else None,
+                on_record=self._on_record(rows),
                 rubrics=self.rubrics,
             )
             result = await engine.run()
@@ -99,10 +112,28 @@ class RolloutService:
                 else RunStatus.COMPLETED
             )
             return body
+        except TaskAppError as exc:  # e.g. a provider whose key is not configured: the caller's error answer
+            error = {"code": exc.code, "message": exc.message}
+            raise
         finally:
-            self.registry.finish(entry, status, body)
-            if policy is not None:
-                await policy.aclose()
+            with anyio.CancelScope(shield=True):
+                await self.registry.finish(entry, status, body, error)
+                if policy is not None:
+                    await policy.aclose()
+            self.metrics.rollout_finished(result, status)
+            if self.settings.rollout_log and result is not None:
+                log_rollout(result, status, entry.attempt, self.registry.fleet.instance)
+
+    def _on_record(self, rows: RolloutRows | None) -> Callable[[RolloutResult, DecisionRecord], None]:
+        decision = self.metrics.decision
+        if rows is None:
+            return lambda result, record: decision(record)
+
+        def record_both(result: RolloutResult, record: DecisionRecord) -> None:
+            rows.add(result, record)
+            decision(record)
+
+        return record_both
 
     async def _finalise(self, result: RolloutResult, rows: RolloutRows | None) -> bytes:
         """Persist the trace (committed before we answer) and build the response bytes."""

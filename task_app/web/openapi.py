@@ -25,13 +25,15 @@ _WHY = {
     401: "API key missing or invalid (`unauthorized`)",
     404: "no such run, env or snapshot (`run_not_found`, `env_not_found`, `snapshot_not_found`, `not_found`), or "
     "(proxies) the vendor's 404, e.g. an unknown model",
-    409: "the run is still running (`run_in_progress`) or cannot be replayed (`not_replayable`); the env is "
-    "being stepped elsewhere (`env_busy`) or took its last step (`env_step_limit`)",
-    410: "the env expired after being idle (`env_expired`)",
+    409: "the run is still running (`run_in_progress`), already ran and its response is no longer kept "
+    "(`run_id_used`), was lost with its process (`run_lost`), failed without a response (`run_failed`) or "
+    "cannot be replayed (`not_replayable`); the env is being stepped elsewhere (`env_busy`) or took its "
+    "last step (`env_step_limit`)",
+    410: "the env expired after being idle (`env_expired`); the run's response is no longer kept (`result_expired`)",
     413: "the request body is larger than TASKAPP_MAX_BODY_BYTES (`payload_too_large`)",
     422: "a client mistake in the body, query or path (`invalid_request` or a more precise code; proxies: also "
     "the vendor's 422)",
-    429: "a cap or rate was reached (`capacity_exceeded`, `too_many_envs`, `too_many_live_envs`, "
+    429: "a cap or rate was reached (`capacity_exceeded`, `queue_full`, `too_many_envs`, `too_many_live_envs`, "
     "`too_many_snapshots`, `env_rate_limited`), or (proxies) the vendor's rate limit; retry after "
     "`Retry-After` seconds",
     502: "the vendor answered badly, refused this app's key or could not be reached (`<vendor>_error`, "
@@ -51,16 +53,17 @@ BODY = (400, 413, 422)  # every route that reads a JSON body
 _ERROR_SCHEMA = {"$ref": "#/components/schemas/ErrorResponse"}
 
 
-def errors(*statuses: int, html_route: bool = False) -> dict[int | str, dict[str, Any]]:
+def errors(*statuses: int, non_json: bool = False) -> dict[int | str, dict[str, Any]]:
     """`responses=` entries for these statuses, each with the contract's error body.
 
-    FastAPI files a `model` under the route's own media type; an HTML route's errors are JSON all the
-    same, so for those the JSON content is spelled out (the JSON routes register `ErrorResponse`).
+    FastAPI files a `model` under the route's own media type; the errors of a route that answers HTML
+    or text are JSON all the same, so for those the JSON content is spelled out (the JSON routes
+    register `ErrorResponse`).
     """
     declared: dict[int | str, dict[str, Any]] = {}
     for status in sorted(set(statuses)):
         entry: dict[str, Any] = {"description": _WHY[status]}
-        if html_route:
+        if non_json:
             entry["content"] = {"application/json": {"schema": _ERROR_SCHEMA}}
         else:
             entry["model"] = ErrorResponse

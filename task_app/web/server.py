@@ -18,9 +18,14 @@ from ..core.outbound import open_session
 from ..core.rubrics import load_rubrics
 from ..core.settings import Settings
 from ..game import WorldFactory, warm_up
+from ..rollout.fleet import FleetRuns, RunLimits, new_instance
 from ..rollout.registry import RunRegistry
+from ..service.callbacks import Callbacks
+from ..service.metrics import Metrics, Sources
 from ..service.policies import PolicyFactoryBuilder
 from ..service.rollouts import RolloutService
+from ..service.run_log import rollout_lines
+from ..service.submissions import Handover, Submissions
 from ..service.taskset import Taskset, TraitsCache
 from ..sessions.runtime import open_sessions
 from ..tracing.recording import TraceRecorder
@@ -30,7 +35,8 @@ from .loop_lag import LoopLagProbe
 from .openapi import PROTECTED, errors
 from .redaction import tokens_kept_out_of_server_logs
 from .responses import JSONBytes
-from .routes import envs, health, info, openenv, proxy, rollout, runs, view
+from .routes import envs, health, info, openenv, proxy, rollout, runs, submit, view
+from .routes import metrics as metrics_route
 from .state import AppState
 
 logger = logging.getLogger(__name__)
@@ -83,9 +89,18 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         if loop_lag is not None:
             loop_lag.start()
         try:
-            registry = RunRegistry(settings.max_concurrent_rollouts, settings.run_registry_size)
+            fleet = FleetRuns(sessions.store, new_instance(), RunLimits.from_settings(settings))
+            registry = RunRegistry(
+                fleet,
+                settings.max_concurrent_rollouts,
+                max_queued=settings.max_queued_rollouts,
+                keep_finished=settings.run_registry_size,
+                keep_bytes=settings.runs_result_bytes,
+            )
+            metrics = Metrics(Sources(fleet.instance, registry, worlds, recorder, sessions))
             policies = PolicyFactoryBuilder(settings, http)
-            service = RolloutService(settings, worlds, registry, policies.build, recorder, offload, rubrics)
+            service = RolloutService(settings, worlds, registry, policies.build, recorder, offload, metrics, rubrics)
+            submissions = Submissions(service, Callbacks(http, settings), metrics, app.state.handover)
             app.state.task_app = AppState(
                 settings=settings,
                 http=http,
@@ -96,20 +111,28 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                 registry=registry,
                 recorder=recorder,
                 service=service,
+                submissions=submissions,
+                metrics=metrics,
                 offload=offload,
                 sessions=sessions,
                 loop_lag=loop_lag,
             )
             logger.info("task app ready: %s", settings.service_id)
-            with _collector_tuned(), tokens_kept_out_of_server_logs():
-                yield
+            async with anyio.create_task_group() as watch:
+                watch.start_soon(registry.watch, settings.runs_heartbeat_s, settings.runs_abort_poll_s)
+                with _collector_tuned(), tokens_kept_out_of_server_logs(), rollout_lines(settings.rollout_log):
+                    async with submissions.running():
+                        yield
+                watch.cancel_scope.cancel()
         finally:
             if loop_lag is not None:
                 await loop_lag.close()
             await recorder.close()
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, handover: Handover | None = None) -> FastAPI:
+    """The app; `handover`: how accepted asynchronous runs are run elsewhere (modal_app.py spawns them),
+    None to run them in this process."""
     app = FastAPI(
         title="Crafter task app",
         version="1.0.0",
@@ -119,11 +142,22 @@ def create_app(settings: Settings) -> FastAPI:
         redoc_url=None,
     )
     app.state.settings = settings
-    for router in (health.router, info.router, proxy.router, rollout.router, runs.router, envs.root, envs.hosted):
+    app.state.handover = handover
+    for router in (
+        health.router,
+        info.router,
+        proxy.router,
+        rollout.router,
+        runs.router,
+        submit.router,
+        envs.root,
+        envs.hosted,
+    ):
         app.include_router(router)
     openenv.install(app)
-    # The viewer's HTML route, with its JSON errors declared for the OpenAPI schema.
-    app.include_router(view.router, responses=errors(*PROTECTED, 404, 409, 422, html_route=True))
+    # The viewer's HTML route and the metrics' text, with their JSON errors declared for the OpenAPI schema.
+    app.include_router(view.router, responses=errors(*PROTECTED, 404, 409, 422, non_json=True))
+    app.include_router(metrics_route.router, responses=errors(*PROTECTED, non_json=True))
     install_error_handlers(app)
     app.add_middleware(GZipMiddleware, minimum_size=1024)
     if settings.cors_origins:

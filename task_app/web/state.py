@@ -10,7 +10,9 @@ from ..core.rubrics import Rubric
 from ..core.settings import Settings
 from ..game import WorldFactory
 from ..rollout.registry import RunRegistry
+from ..service.metrics import Metrics
 from ..service.rollouts import RolloutService
+from ..service.submissions import Submissions
 from ..service.taskset import Taskset, TraitsCache
 from ..sessions.runtime import SessionServices
 from ..tracing.recording import TraceRecorder
@@ -28,6 +30,8 @@ class AppState:
     registry: RunRegistry
     recorder: TraceRecorder
     service: RolloutService
+    submissions: Submissions  # POST /rollouts: runs accepted now, run in the background
+    metrics: Metrics
     offload: Offload
     sessions: SessionServices  # env sessions, their state store, OpenEnv tokens and WebSocket cap
     loop_lag: LoopLagProbe | None = None  # set when TASKAPP_LOOP_LAG_PROBE_S > 0

@@ -28,7 +28,11 @@ def health_body(state: AppState) -> tuple[int, dict[str, Any]]:
         "service": state.settings.service_id,
         "auth": {"required": True, "configured": configured},
         "storage": storage,
-        "rollouts": {"active": state.registry.active, "limit": state.registry.max_active},
+        "rollouts": {
+            "active": state.registry.active,
+            "limit": state.registry.max_active,
+            "queued": state.registry.queued,
+        },
         "world_cache": {"size": len(state.worlds), "hits": state.worlds.hits, "misses": state.worlds.misses},
         "sessions": {**state.sessions.envs.stats(), "websockets": state.sessions.websockets.active},
         # Counts only (no names, no stacks): what a soak test watches for leaks. The tasks include

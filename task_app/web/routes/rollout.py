@@ -26,13 +26,14 @@ async def _abort_on_disconnect(request: Request, control: RunControl) -> None:
 
 @router.post("/rollout", responses={**ok(RolloutResponse), **errors(*BODY, 409, 429)})
 async def rollout(body: RolloutRequest, request: Request, service: ServiceDep) -> JSONBytes:
-    admission = service.admit(body)
-    if admission.replay is not None:
-        return JSONBytes(admission.replay)
+    admission = await service.admit(body)
+    entry = admission.entry
+    if entry is None:  # the run_id ended before (on any process): its response, as it was sent
+        return JSONBytes(admission.replay or b"")
     try:
         async with anyio.create_task_group() as group:
-            group.start_soon(_abort_on_disconnect, request, admission.entry.control)
-            payload = await service.execute(admission)
+            group.start_soon(_abort_on_disconnect, request, entry.control)
+            payload = await service.execute(admission.plan, entry)
             group.cancel_scope.cancel()
     except ExceptionGroup as group_error:
         # The task group wraps what `execute` raised (e.g. NotConfigured for a provider without a key);

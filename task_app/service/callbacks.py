@@ -1,0 +1,73 @@
+"""A run's `callback_url` gets its RolloutResponse when the run ends: POSTed, retried with backoff.
+
+    POST <callback_url>   body: the response bytes (what GET /runs/{run_id}/result answers)
+                          headers: Content-Type: application/json, X-Task-App-Run-Id: <run_id>; never a key
+
+The URL was checked when the run was submitted (`rollout.plan.check_outbound_url`: http(s), no
+credentials, its host in TASKAPP_INFERENCE_ALLOWED_HOSTS when that is set). A 2xx answer delivers it;
+a connection failure, a timeout, 408, 429 and 5xx are tried again, after `TASKAPP_CALLBACK_BACKOFF_S`
+doubling per attempt (at most `MAX_BACKOFF_S`), `TASKAPP_CALLBACK_MAX_ATTEMPTS` times in all; any
+other status is the receiver's refusal and ends the delivery. The outcome goes into the run's record
+(`GET /runs/{run_id}`: `callback`); the result stays available either way.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import aiohttp
+import anyio
+
+from ..core.outbound import AnswerTooLarge, SendFailure, post
+from ..core.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 30.0
+ANSWER_BYTES = 64 * 1024  # what a receiver's answer may hold; it is not read further
+_AGAIN = frozenset({408, 429})
+_SERVER_ERROR = 500
+
+
+class Callbacks:
+    def __init__(self, http: aiohttp.ClientSession, settings: Settings) -> None:
+        self.http = http
+        self.attempts = settings.callback_max_attempts
+        self.backoff_s = settings.callback_backoff_s
+        self.connect_timeout_s = settings.inference_connect_timeout_s
+        self.timeout_s = settings.callback_timeout_s
+
+    async def deliver(self, url: str, run_id: str, body: bytes) -> dict[str, Any]:
+        """`{"delivered", "attempts", "status", "error"}` (`status`: the receiver's last HTTP status)."""
+        headers = {"Content-Type": "application/json", "X-Task-App-Run-Id": run_id}
+        status: int | None = None
+        error: str | None = None
+        for attempt in range(1, self.attempts + 1):
+            if attempt > 1:
+                await anyio.sleep(min(MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 2)))
+            try:
+                answer = await post(
+                    self.http,
+                    url.strip(),
+                    body,
+                    headers,
+                    connect_timeout_s=self.connect_timeout_s,
+                    read_timeout_s=self.timeout_s,
+                    total_timeout_s=self.connect_timeout_s + self.timeout_s,
+                    max_bytes=ANSWER_BYTES,
+                )
+            except AnswerTooLarge:  # a 2xx with a long body: delivered all the same
+                return {"delivered": True, "attempts": attempt, "status": 200, "error": None}
+            except SendFailure as exc:
+                status, error = None, f"{exc.kind}: {exc}"
+                if exc.kind == SendFailure.REQUEST:
+                    break
+                continue
+            status, error = answer.status, None if answer.ok else f"HTTP {answer.status}"
+            if answer.ok:
+                return {"delivered": True, "attempts": attempt, "status": status, "error": None}
+            if answer.status not in _AGAIN and answer.status < _SERVER_ERROR:
+                break
+        logger.warning("callback for run %s not delivered after %d attempt(s): %s", run_id, attempt, error)
+        return {"delivered": False, "attempts": attempt, "status": status, "error": error}
