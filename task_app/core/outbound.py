@@ -1,4 +1,4 @@
-"""Outbound HTTP: the app's one client (`Outbound`), one capped POST for model servers and vendors,
+"""Outbound HTTP: the app's one client (`Outbound`), one capped POST for model servers, vendors and run callbacks,
 and one streamed POST for the proxies' `stream: true`.
 
 Every decision of every rollout makes one POST, so its CPU counts (benchmarks/, B1): it goes through
