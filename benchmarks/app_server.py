@@ -9,7 +9,7 @@ the lifespan closes the trace store). The driver waits for `/health` before it m
 and reads this process's CPU and memory counters from /proc, so they hold the app's work only.
 
 The uvicorn options are the ones the Modal deployment effectively has: no access log, asyncio loop,
-h11 (no uvloop/httptools in the image).
+h11 (`task_app.web.local_server.HTTP_PARSER`; no uvloop).
 """
 
 from __future__ import annotations

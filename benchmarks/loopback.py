@@ -13,6 +13,8 @@ from typing import Any
 
 import uvicorn
 
+from task_app.web.local_server import HTTP_PARSER
+
 
 def serve_on_loopback(app: Any, *, announce: dict[str, Any] | None = None, **options: Any) -> int:
     """Serve `app` under uvicorn (h11, no access log, 60 s keep-alive; `options` override) until interrupted."""
@@ -23,7 +25,7 @@ def serve_on_loopback(app: Any, *, announce: dict[str, Any] | None = None, **opt
     sock.bind(("127.0.0.1", 0))
     print(json.dumps({"port": sock.getsockname()[1], **(announce or {})}), flush=True)
     defaults: dict[str, Any] = {
-        "http": "h11",
+        "http": HTTP_PARSER,
         "log_level": "warning",
         "access_log": False,
         "timeout_keep_alive": 60,

@@ -1,7 +1,9 @@
 """B1 overhead: the app server's CPU per decision at zero model latency, against the crafter floor.
 
     server   rollouts of `decisions` decisions, one at a time, against a zero-latency fake model;
-             CPU = the server process's utime + stime over the measured rollouts / decisions executed
+             CPU = the server process's utime + stime over the measured rollouts / decisions executed;
+             beside it the same for its main thread alone (the event loop: HTTP, policy, trace rows;
+             the rest is the worker threads' steps and observations and the trace store's SQLite)
     floors   in this process, the same seeds and the same actions (the fake model's are a function of
              the observed step), CPU of:
              bare         the issue's floor: stock `crafter.Env.step` for each action (it renders its
@@ -90,14 +92,14 @@ def _episode(factory: WorldFactory, seed: int, decisions: int, floors: Floors) -
     return game, stock, observation
 
 
-def _measure(app: Served, model_url: str, seeds: list[int], decisions: int, actions: int) -> tuple[float, float]:
-    """(server CPU ms per decision, wall ms per decision) for one repetition."""
+def _measure(app: Served, model_url: str, seeds: list[int], decisions: int, actions: int) -> tuple[float, float, float]:
+    """(server CPU, its event loop's CPU, wall), ms per decision, for one repetition."""
     bodies = [rollout_body(model_url, seed, decisions, actions=actions) for seed in seeds]
-    before = app.cpu_s()
+    before, loop_before = app.cpu_s(), app.loop_cpu_s()
     outcomes, wall = run_sync(app.url, bodies, concurrency=1)
-    spent = app.cpu_s() - before
+    spent, loop_spent = app.cpu_s() - before, app.loop_cpu_s() - loop_before
     executed = sum(outcome.decisions for outcome in outcomes)
-    return spent / executed * 1000, wall / executed * 1000
+    return spent / executed * 1000, loop_spent / executed * 1000, wall / executed * 1000
 
 
 def run(repetitions: int, quick: bool) -> list[Figure]:
@@ -131,6 +133,7 @@ def _variant(
     tag = f"{actions}a_{'traced' if tracing else 'untraced'}"
     what = f"{actions} action{'s' if actions > 1 else ''}/decision, tracing {'on' if tracing else 'off'}"
     server = Figure(BENCH, f"server_cpu_ms_{tag}", f"server CPU per decision ({what})", "ms", digits=3)
+    loop = Figure(BENCH, f"loop_cpu_ms_{tag}", f"of which the event loop's thread ({what})", "ms", digits=2)
     bare = Figure(
         BENCH,
         f"floor_bare_cpu_ms_{actions}a",
@@ -155,16 +158,17 @@ def _variant(
     strict = Figure(BENCH, f"ratio_render_free_{tag}", f"ratio server/render-free floor ({what})", "x")
     wall = Figure(BENCH, f"wall_ms_{tag}", f"wall per decision, trainer view ({what})", "ms", digits=3)
     for _ in range(repetitions):
-        server_ms, wall_ms = _measure(app, model_url, seeds, decisions, actions)
+        server_ms, loop_ms, wall_ms = _measure(app, model_url, seeds, decisions, actions)
         floors = floor_cpu_s(factory, seeds, decisions, actions)
         bare_ms = floors.bare_s / floors.decisions * 1000
         render_free_ms = floors.render_free_s / floors.decisions * 1000
         server.values.append(server_ms)
+        loop.values.append(loop_ms)
         bare.values.append(bare_ms)
         render_free.values.append(render_free_ms)
         ratio.values.append(server_ms / bare_ms)
         strict.values.append(server_ms / render_free_ms)
         wall.values.append(wall_ms)
     if tracing:
-        return [server, bare, render_free, ratio, strict, wall]
-    return [server, ratio, strict, wall]
+        return [server, loop, bare, render_free, ratio, strict, wall]
+    return [server, loop, ratio, strict, wall]

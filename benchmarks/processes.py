@@ -2,6 +2,7 @@
 
     with fake_model(latency_s=0.2) as model, app_server(model, tracing=True) as app:
         app.cpu_s()      # the server process's own user+system CPU seconds (/proc/<pid>/stat)
+        app.loop_cpu_s() # the same for its main thread only (the event loop)
         app.rss_bytes()  # its resident memory (/proc/<pid>/status VmRSS)
 
 Both are started with this interpreter (`python -m benchmarks.fake_model | benchmarks.app_server`),
@@ -44,9 +45,19 @@ def cpu_seconds(pid: int) -> float:
     try:
         return time.clock_gettime((~pid << 3) | _CPUCLOCK_SCHED)
     except OSError:
-        text = Path(f"/proc/{pid}/stat").read_text()
-        fields = text[text.rfind(")") + 2 :].split()
-        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime (fields 14, 15 of stat)
+        return _stat_cpu_s(Path(f"/proc/{pid}/stat"))
+
+
+def thread_cpu_seconds(pid: int, tid: int) -> float:
+    """CPU time of one thread of `pid` (the main thread: tid = pid), from /proc in 10 ms ticks: Linux
+    does not let another process read a thread's CPU clock."""
+    return _stat_cpu_s(Path(f"/proc/{pid}/task/{tid}/stat"))
+
+
+def _stat_cpu_s(stat: Path) -> float:
+    text = stat.read_text()
+    fields = text[text.rfind(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime (fields 14, 15 of stat)
 
 
 def rss_bytes(pid: int) -> int:
@@ -59,6 +70,7 @@ def rss_bytes(pid: int) -> int:
 @dataclass
 class _Profile:
     directory: Path | None = None
+    format: str = "flamegraph"  # or "raw": collapsed stacks, for `benchmarks.stacks`
     count: int = 0
 
 
@@ -85,6 +97,10 @@ class Served:
 
     def cpu_s(self) -> float:
         return cpu_seconds(self.pid)
+
+    def loop_cpu_s(self) -> float:
+        """CPU time of the main thread: for the app server, uvicorn's event loop."""
+        return thread_cpu_seconds(self.pid, self.pid)
 
     def rss_bytes(self) -> int:
         return rss_bytes(self.pid)
@@ -177,18 +193,21 @@ def app_server(*, traces_dir: Path | None = None, **overrides: Any) -> Iterator[
 @contextmanager
 def _profiled(served: Served) -> Iterator[None]:
     """With `PROFILE.directory` set (`--profile DIR`), py-spy samples the app server while it serves
-    (threads holding the GIL only, so idle waits do not count) into a flame graph SVG."""
+    (threads holding the GIL only, so idle waits do not count) into a flame graph SVG, or with
+    `--profile-format raw` into collapsed stacks (`python -m benchmarks.stacks FILE` sums them)."""
     if PROFILE.directory is None:
         yield
         return
     PROFILE.directory.mkdir(parents=True, exist_ok=True)
     PROFILE.count += 1
-    out = PROFILE.directory / f"app_server-{PROFILE.count:02d}.svg"
+    suffix = "txt" if PROFILE.format == "raw" else "svg"
+    out = PROFILE.directory / f"app_server-{PROFILE.count:02d}.{suffix}"
     beside = Path(sys.executable).parent / "py-spy"  # the virtualenv's, when it is not activated
     executable = shutil.which("py-spy") or (str(beside) if beside.exists() else None)
     if executable is None:
         raise RuntimeError("--profile needs py-spy: pip install py-spy (it is in the dev extra)")
     command = [executable, "record", "--pid", str(served.pid), "--output", str(out), "--gil", "--threads"]
+    command += ["--format", PROFILE.format]
     spy = subprocess.Popen([*command, "--rate", "250"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         yield

@@ -53,8 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repetitions", type=int, default=3, help="repetitions per figure (median reported)")
     parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy flame graphs of the app server, in DIR")
+    parser.add_argument(
+        "--profile-format", choices=("flamegraph", "raw"), default="flamegraph", help="raw: collapsed stacks"
+    )
     args = parser.parse_args(argv)
-    PROFILE.directory = args.profile
+    PROFILE.directory, PROFILE.format = args.profile, args.profile_format
     chosen = [name.strip().upper() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in chosen if name not in SUITE]
     if unknown:

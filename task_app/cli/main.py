@@ -16,7 +16,7 @@ from rich.console import Console
 from ..core.settings import Settings
 from ..inspection.eval_stats import eval_summary
 from ..inspection.report import request_with_trace, write_report
-from ..web.local_server import serve_in_thread
+from ..web.local_server import HTTP_PARSER, serve_in_thread
 from ..web.server import create_app
 from .evaluation import parse_seeds, print_eval_summary, report, rollout_request, run_rollouts, submit_rollouts
 from .traces import add_traces_parser
@@ -40,11 +40,12 @@ def _serve(args: argparse.Namespace) -> int:
             factory=True,
             host=host,
             port=port,
+            http=HTTP_PARSER,
             reload=True,
             env_file=args.env_file if Path(args.env_file).exists() else None,
         )
     else:
-        uvicorn.run(create_app(settings), host=host, port=port)
+        uvicorn.run(create_app(settings), host=host, port=port, http=HTTP_PARSER)
     return 0
 
 

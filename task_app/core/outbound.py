@@ -1,10 +1,10 @@
-"""Outbound HTTP: the app's one pooled client session, one capped POST for model servers and vendors,
+"""Outbound HTTP: the app's one client (`Outbound`), one capped POST for model servers, vendors and run callbacks,
 and one streamed POST for the proxies' `stream: true`.
 
-aiohttp rather than httpx for this one job: a chat-completions POST over loopback costs the server
-~0.10 ms of CPU with aiohttp against ~0.45 ms with httpx (httpcore's pool bookkeeping and the
-pure-Python h11 parser; aiohttp parses with C), and every decision of every rollout pays it
-(benchmarks/, B1). The callers see only `post`, `open_stream` and their outcomes:
+Every decision of every rollout makes one POST, so its CPU counts (benchmarks/, B1): it goes through
+`core.http1`'s keep-alive pool (~0.06 ms of CPU for a loopback chat completion, against ~0.35 ms with
+aiohttp and ~0.45 ms with httpx); the streams, rare and long, through aiohttp. The callers see only
+`post`, `open_stream` and their outcomes:
 
     Answer           any HTTP status; the body read up to `max_bytes` (2xx) or `ERROR_BODY_BYTES` (others)
     AnswerTooLarge   a 2xx body longer than `max_bytes` (refused from Content-Length or cut while reading)
@@ -12,30 +12,48 @@ pure-Python h11 parser; aiohttp parses with C), and every decision of every roll
                      `read_error()` for a non-2xx one; `close()` drops the connection
     SendFailure      no HTTP answer, or (from `Stream.chunks`) the body broke off; `kind` says how
 
-The session never stores cookies (rollouts of different trainers share it), never follows redirects,
-and ignores proxy environment variables.
+Neither stores cookies (rollouts of different trainers share them), follows redirects or reads proxy
+environment variables.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 
 import aiohttp
 from yarl import URL
 
+from . import http1
+
 ERROR_BODY_BYTES = 4096  # enough for a vendor's error JSON; the rest of an error body is dropped
 _OK_MIN, _OK_MAX = 200, 299
 
 
-def open_session(max_connections: int) -> aiohttp.ClientSession:
-    """The process's session; `max_connections` bounds the sockets open to all hosts together."""
+@dataclass(frozen=True, slots=True)
+class Outbound:
+    """The process's outbound HTTP: `pool` for POSTs, `session` for streams."""
+
+    pool: http1.Pool
+    session: aiohttp.ClientSession
+
+
+@asynccontextmanager
+async def open_session(max_connections: int) -> AsyncIterator[Outbound]:
+    """The process's client; `max_connections` bounds the sockets open to all hosts together, for the
+    POSTs and for the streams each."""
     connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0)
-    return aiohttp.ClientSession(
+    session = aiohttp.ClientSession(
         connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False, raise_for_status=False
     )
+    pool = http1.Pool(max_connections)
+    try:
+        async with session:
+            yield Outbound(pool, session)
+    finally:
+        await pool.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +80,10 @@ class AnswerTooLarge(Exception):
 class SendFailure(Exception):
     """The request produced no HTTP answer."""
 
-    TIMEOUT = "timeout"  # connecting, waiting for a pooled connection, a read or the whole exchange took too long
-    CONNECT = "connect"  # refused, unresolvable host, TLS handshake failed
-    TRANSPORT = "transport"  # the connection broke, or the server spoke broken HTTP
-    REQUEST = "request"  # the request itself cannot be sent (URL or header values); retrying cannot help
+    TIMEOUT = http1.TIMEOUT  # connecting, waiting for a pooled connection, a read or the whole exchange took too long
+    CONNECT = http1.CONNECT  # refused, unresolvable host, TLS handshake failed
+    TRANSPORT = http1.TRANSPORT  # the connection broke, or the server spoke broken HTTP
+    REQUEST = http1.REQUEST  # the request itself cannot be sent (URL or header values); retrying cannot help
 
     def __init__(self, kind: str, detail: str) -> None:
         super().__init__(detail)
@@ -82,7 +100,7 @@ def parse_url(url: str) -> URL | None:
 
 
 async def post(
-    session: aiohttp.ClientSession,
+    client: Outbound,
     url: URL | str,
     content: bytes,
     headers: dict[str, str],
@@ -93,16 +111,22 @@ async def post(
     max_bytes: int,
 ) -> Answer:
     """POST `content`; `connect_timeout_s` bounds the wait for a pooled connection plus connecting,
-    `read_timeout_s` each read, `total_timeout_s` the whole exchange (a server may drip bytes)."""
-    timeout = _timeout(connect_timeout_s, read_timeout_s, total_timeout_s)
-    with _send_failures():
-        async with session.post(url, data=content, headers=headers, timeout=timeout, allow_redirects=False) as response:
-            status = response.status
-            if _OK_MIN <= status <= _OK_MAX:
-                body = await _read(response, max_bytes)
-            else:
-                body = await _read(response, ERROR_BODY_BYTES, truncate=True)
-            return Answer(status, body, response.headers.get("Retry-After"), response.headers.get("x-should-retry"))
+    `read_timeout_s` each read, `total_timeout_s` the whole exchange (a server may drip bytes). A
+    non-2xx body is cut at `ERROR_BODY_BYTES`."""
+    if not isinstance(url, URL):
+        parsed = parse_url(url)
+        if parsed is None:
+            raise SendFailure(SendFailure.REQUEST, "the URL does not parse")
+        url = parsed
+    limits = http1.Limits(connect_timeout_s, read_timeout_s, total_timeout_s, max_bytes, ERROR_BODY_BYTES)
+    try:
+        reply = await client.pool.post(url, content, headers, limits)
+    except http1.TooLarge as exc:
+        raise AnswerTooLarge(exc.limit, exc.declared) from exc
+    except http1.Failure as exc:
+        raise SendFailure(exc.kind, str(exc)) from exc
+    headers_in = reply.headers
+    return Answer(reply.status, reply.body, headers_in.get("retry-after"), headers_in.get("x-should-retry"))
 
 
 class Stream:
@@ -122,7 +146,7 @@ class Stream:
     async def read_error(self) -> bytes:
         """The first `ERROR_BODY_BYTES` of a non-2xx body."""
         with _send_failures():
-            return await _read(self._response, ERROR_BODY_BYTES, truncate=True)
+            return await _read_cut(self._response, ERROR_BODY_BYTES)
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives; SendFailure when it breaks off or a time limit passes."""
@@ -136,7 +160,7 @@ class Stream:
 
 
 async def open_stream(
-    session: aiohttp.ClientSession,
+    client: Outbound,
     url: URL | str,
     content: bytes,
     headers: dict[str, str],
@@ -149,7 +173,7 @@ async def open_stream(
     `total_timeout_s` bounding the whole exchange, body included."""
     timeout = _timeout(connect_timeout_s, read_timeout_s, total_timeout_s)
     with _send_failures():
-        response = await session.post(url, data=content, headers=headers, timeout=timeout, allow_redirects=False)
+        response = await client.session.post(url, data=content, headers=headers, timeout=timeout, allow_redirects=False)
     return Stream(response)
 
 
@@ -173,20 +197,14 @@ def _send_failures() -> Iterator[None]:
         raise SendFailure(SendFailure.TRANSPORT, type(exc).__name__) from exc
 
 
-async def _read(response: aiohttp.ClientResponse, limit: int, *, truncate: bool = False) -> bytes:
-    """At most `limit` bytes: beyond it an error body is cut, an answer refused. Leaving early closes
-    the connection instead of returning it to the pool."""
-    declared = response.content_length
-    if not truncate and declared is not None and declared > limit:
-        raise AnswerTooLarge(limit, declared)
+async def _read_cut(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """At most `limit` bytes of a body, the rest cut (leaving early closes the connection)."""
     chunks: list[bytes] = []
     size = 0
     async for chunk in response.content.iter_any():
         size += len(chunk)
         if size > limit:
-            if truncate:
-                chunks.append(chunk[: len(chunk) - (size - limit)])
-                break
-            raise AnswerTooLarge(limit, None)
+            chunks.append(chunk[: len(chunk) - (size - limit)])
+            break
         chunks.append(chunk)
     return b"".join(chunks)

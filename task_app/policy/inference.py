@@ -31,7 +31,6 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import aiohttp
 import anyio
 import orjson
 from pydantic import SecretStr
@@ -39,7 +38,7 @@ from yarl import URL
 
 from ..core.errors import NotConfigured
 from ..core.json_codec import dumps_bytes
-from ..core.outbound import AnswerTooLarge, SendFailure, parse_url, post
+from ..core.outbound import AnswerTooLarge, Outbound, SendFailure, parse_url, post
 from ..core.settings import Settings
 from .base import PolicyError
 
@@ -312,16 +311,14 @@ def _error_hint(raw: bytes) -> str:
 
 
 class InferenceClient:
-    """Sends chat-completions requests through the app's one pooled session (`task_app.core.outbound`).
+    """Sends chat-completions requests through the app's one outbound client (`task_app.core.outbound`).
 
     Stateless apart from its limits, so one instance serves every rollout; tests point it at a
     loopback server.
     """
 
-    def __init__(
-        self, session: aiohttp.ClientSession, limits: InferenceLimits, *, rng: random.Random | None = None
-    ) -> None:
-        self.session = session
+    def __init__(self, http: Outbound, limits: InferenceLimits, *, rng: random.Random | None = None) -> None:
+        self.http = http
         self.limits = limits
         self._rng = rng or random.Random()  # jitter only; never process-global state
 
@@ -406,7 +403,7 @@ class InferenceClient:
         budget = limits.connect_timeout_s + limits.read_timeout_s
         try:
             answer = await post(
-                self.session,
+                self.http,
                 url,
                 content,
                 headers,

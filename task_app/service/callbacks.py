@@ -16,10 +16,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import aiohttp
 import anyio
 
-from ..core.outbound import AnswerTooLarge, SendFailure, post
+from ..core.outbound import AnswerTooLarge, Outbound, SendFailure, post
 from ..core.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -31,7 +30,7 @@ _SERVER_ERROR = 500
 
 
 class Callbacks:
-    def __init__(self, http: aiohttp.ClientSession, settings: Settings) -> None:
+    def __init__(self, http: Outbound, settings: Settings) -> None:
         self.http = http
         self.attempts = settings.callback_max_attempts
         self.backoff_s = settings.callback_backoff_s

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import aiohttp
-
+from ..core.outbound import Outbound
 from ..core.settings import Settings
 from ..policy.base import Policy
 from ..policy.inference import InferenceClient, InferenceLimits
@@ -13,9 +12,9 @@ from ..rollout.plan import SCRIPTED, RolloutPlan
 
 
 class PolicyFactoryBuilder:
-    def __init__(self, settings: Settings, session: aiohttp.ClientSession) -> None:
+    def __init__(self, settings: Settings, http: Outbound) -> None:
         self.settings = settings
-        self.client = InferenceClient(session, InferenceLimits.from_settings(settings))
+        self.client = InferenceClient(http, InferenceLimits.from_settings(settings))
 
     def build(self, plan: RolloutPlan, deadline: float) -> Policy:
         if plan.policy_name == SCRIPTED:

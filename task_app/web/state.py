@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import aiohttp
-
 from ..core.offload import Offload
+from ..core.outbound import Outbound
 from ..core.rubrics import Rubric
 from ..core.settings import Settings
 from ..game import WorldFactory
@@ -23,7 +22,7 @@ from .loop_lag import LoopLagProbe
 @dataclass(slots=True)
 class AppState:
     settings: Settings
-    http: aiohttp.ClientSession  # outbound: model servers and vendors (task_app.core.outbound)
+    http: Outbound  # outbound: model servers and vendors (task_app.core.outbound)
     worlds: WorldFactory
     traits: TraitsCache
     taskset: Taskset
