@@ -2,8 +2,8 @@
 and one streamed POST for the proxies' `stream: true`.
 
 Every decision of every rollout makes one POST, so its CPU counts (benchmarks/, B1): it goes through
-`core.http1`'s keep-alive pool (~0.06 ms of CPU for a loopback chat completion, against ~0.35 ms with
-aiohttp and ~0.45 ms with httpx); the streams, rare and long, through aiohttp. The callers see only
+`core.http1`'s keep-alive pool (0.34 ms of server CPU per decision less than aiohttp, which was
+cheaper than httpx); the streams, rare and long, through aiohttp. The callers see only
 `post`, `open_stream` and their outcomes:
 
     Answer           any HTTP status; the body read up to `max_bytes` (2xx) or `ERROR_BODY_BYTES` (others)
