@@ -72,15 +72,15 @@ SERVER_SETTINGS: dict[str, Any] = {
     "run_registry_size": REGISTRY_SIZE,
     "warm_up": True,
 }
-# What an injected fault must end with: (stop_reason, error code or None).
-FAULTS: dict[str, tuple[str, set[str | None]]] = {
-    "http500": ("policy_error", {"inference_unavailable"}),
-    "http429": ("policy_error", {"inference_rate_limited"}),
-    "hang": ("policy_error", {"inference_timeout"}),
-    "drop": ("policy_error", {"inference_unavailable"}),
-    "garbage": ("policy_unusable", {"policy_unusable"}),
-    "prose": ("policy_unusable", {"policy_unusable"}),
-    "huge": ("policy_unusable", {"policy_unusable"}),  # a too-large answer is an unusable answer for its decision
+# What an injected fault must end with: (stop_reason, metrics.details.error's class, its code or None).
+FAULTS: dict[str, tuple[str, str, set[str | None]]] = {
+    "http500": ("policy_error", "model_unreachable", {"inference_unavailable"}),
+    "http429": ("policy_error", "model_refused", {"inference_rate_limited"}),
+    "hang": ("policy_error", "model_timeout", {"inference_timeout"}),
+    "drop": ("policy_error", "model_unreachable", {"inference_unavailable"}),
+    "garbage": ("policy_unusable", "model_unusable", {None}),
+    "prose": ("policy_unusable", "model_unusable", {None}),
+    "huge": ("policy_unusable", "model_unusable", {None}),  # a too-large answer is an unusable answer for its decision
 }
 # Everything else: kind -> weight.
 KINDS = {
@@ -295,11 +295,12 @@ def _check_rollout(kind: str, response: httpx.Response) -> tuple[bool, str]:
         return False, f"HTTP {response.status_code}: {response.text[:300]}"
     result = response.json()
     details = result["metrics"]["details"]
-    reason, code = details.get("stop_reason"), (details.get("error") or {}).get("code")
+    error = details.get("error") or {}
+    reason, code = details.get("stop_reason"), error.get("code")
     if kind in FAULTS:
-        want_reason, want_codes = FAULTS[kind]
-        ok = reason == want_reason and code in want_codes
-        return ok, f"stop_reason={reason} code={code}"
+        want_reason, want_class, want_codes = FAULTS[kind]
+        ok = reason == want_reason and error.get("class") == want_class and code in want_codes
+        return ok, f"stop_reason={reason} class={error.get('class')} code={code}"
     stored = details.get("storage", {}).get("trace", {}).get("stored")
     ok = reason == "completed" and stored is True and result["aborted"] is False
     return ok, f"stop_reason={reason} code={code} stored={stored}"
