@@ -17,10 +17,12 @@ import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 from conftest import SECRETS, TEST_KEY, AppServer, assert_no_key_material, wait_until
 from fake_model import FakeModel, gated
+from helpers import request_body
 
 TASK_APP = str(Path(sys.executable).with_name("task-app"))  # the console script `pip install` made
 RUN_TIMEOUT_S = 120.0
@@ -161,3 +163,80 @@ def test_serve_answers_health_and_stops_cleanly(tmp_path: Path) -> None:
     assert server.returncode == 0, output
     assert "Application shutdown complete" in output
     assert_no_key_material(output, SECRETS)
+
+
+def _pids_answering(base_url: str, processes: int) -> set[int]:
+    """The pids /health reports, each read on a new connection (it lands on any process), until
+    `processes` distinct ones answered."""
+    seen: set[int] = set()
+
+    def all_answered() -> bool:
+        try:
+            health = httpx.get(base_url + "/health", timeout=2.0, trust_env=False).json()
+        except httpx.TransportError:
+            return False
+        seen.add(health["runtime"]["pid"])
+        return len(seen) >= processes
+
+    wait_until(all_answered, timeout=90.0, interval=0.02)
+    return seen
+
+
+def test_serve_processes_share_the_port_env_sessions_and_runs(fake_model: FakeModel, tmp_path: Path) -> None:
+    """`--processes 2` on a sqlite state store: both processes answer on the one port, an env created
+    on any of them steps on every new connection, a rollout's run_id is known to both, a process that
+    dies is replaced, and SIGINT stops them all."""
+    port = _free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    environment = _environment(
+        ENVIRONMENT_API_KEY=TEST_KEY,
+        TASKAPP_TRACES_DB=str(tmp_path / "t.db"),
+        TASKAPP_STATE_BACKEND=f"sqlite:{tmp_path / 'state.db'}",
+        TASKAPP_WARM_UP="false",
+    )
+    command = [TASK_APP, "serve", "--port", str(port), "--processes", "2"]
+    with subprocess.Popen(
+        command, cwd=tmp_path, env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    ) as server:  # fmt: skip
+        try:
+            first = _pids_answering(base_url, 2)
+            assert server.pid not in first and len(first) == 2
+
+            def fresh(method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
+                headers = {"X-API-Key": TEST_KEY, "Connection": "close"}  # the next request: a new connection
+                return httpx.request(method, base_url + path, json=body, headers=headers, timeout=30.0, trust_env=False)
+
+            created = fresh("POST", "/env/create", {"env_name": "crafter", "seed": 3}).json()
+            for index in range(1, 13):
+                stepped = fresh("POST", "/env/step", {"env_id": created["env_id"], "action": {"actions": ["noop"]}})
+                assert stepped.status_code == 200, stepped.text
+                assert stepped.json()["step_idx"] == index  # one env, whichever process took the step
+
+            body = request_body(decisions=2, inference_url=fake_model.url())
+            answered = fresh("POST", "/rollout", body)
+            assert answered.status_code == 200, answered.text
+            for _ in range(6):  # the run's status from whichever process each connection reaches
+                status = fresh("GET", f"/runs/{body['run_id']}")
+                assert (status.status_code, status.json()["status"]) == (200, "completed"), status.text
+
+            killed = min(first)
+            os.kill(killed, signal.SIGKILL)
+            after = _pids_answering(base_url, 2)  # only pids that answered after the kill
+            assert killed not in after and len(after - first) == 1, (first, after)
+        finally:
+            server.send_signal(signal.SIGINT)
+            output, _ = server.communicate(timeout=60)
+    assert server.returncode == 0, output
+    assert output.count("Application shutdown complete") >= 2, output  # each process's lifespan ended
+    assert_no_key_material(output, SECRETS)
+
+
+def test_serve_refuses_several_processes_on_the_memory_state_store(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [TASK_APP, "serve", "--port", str(_free_port()), "--processes", "2"],
+        cwd=tmp_path, env=_environment(ENVIRONMENT_API_KEY=TEST_KEY), stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False,
+    )  # fmt: skip
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "TASKAPP_STATE_BACKEND" in run.stderr and "Traceback" not in run.stderr

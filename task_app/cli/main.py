@@ -16,9 +16,10 @@ from rich.console import Console
 from ..core.settings import Settings
 from ..inspection.eval_stats import eval_summary
 from ..inspection.report import request_with_trace, write_report
-from ..web.local_server import HTTP_PARSER, serve_in_thread
-from ..web.server import create_app
+from ..web.local_server import HTTP_PARSER, bind_socket, serve_in_thread, serve_processes
+from ..web.server import APP_FROM_ENV, create_app
 from .evaluation import parse_seeds, print_eval_summary, report, rollout_request, run_rollouts, submit_rollouts
+from .trace_db import CliError, print_error
 from .traces import add_traces_parser
 from .view import add_viewer_parsers
 
@@ -31,19 +32,22 @@ def _positive(text: str) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    settings = Settings(_env_file=args.env_file)
+    overrides = {} if args.processes is None else {"processes": args.processes}
+    try:
+        settings = Settings(_env_file=args.env_file, **overrides)
+    except ValueError as exc:  # pydantic's ValidationError: a bad setting, said once, without a traceback
+        return print_error(CliError(str(exc)))
     host = args.host or settings.host
     port = settings.port if args.port is None else args.port
+    env_file = args.env_file if Path(args.env_file).exists() else None
     if args.reload:
-        uvicorn.run(
-            "task_app.web.server:app_from_env",
-            factory=True,
-            host=host,
-            port=port,
-            http=HTTP_PARSER,
-            reload=True,
-            env_file=args.env_file if Path(args.env_file).exists() else None,
+        uvicorn.run(APP_FROM_ENV, factory=True, host=host, port=port, http=HTTP_PARSER, reload=True, env_file=env_file)
+    elif settings.processes > 1:
+        # Each process builds the app from the environment (uvicorn loads the env file into it first).
+        config = uvicorn.Config(
+            APP_FROM_ENV, factory=True, http=HTTP_PARSER, workers=settings.processes, env_file=env_file
         )
+        serve_processes(config, bind_socket(host, port))
     else:
         uvicorn.run(create_app(settings), host=host, port=port, http=HTTP_PARSER)
     return 0
@@ -118,6 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default=None, help="default 127.0.0.1 (TASKAPP_HOST)")
     serve.add_argument("--port", type=int, default=None, help="default 8001 (TASKAPP_PORT)")
     serve.add_argument("--reload", action="store_true")
+    serve.add_argument(
+        "--processes", type=_positive, default=None, help="app processes on the port (TASKAPP_PROCESSES, default 1)"
+    )
     serve.add_argument("--env-file", default=".env")
     serve.set_defaults(run=_serve)
 

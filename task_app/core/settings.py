@@ -53,6 +53,11 @@ class Settings(BaseSettings):
     # Crafter work holds the GIL, so threads add no parallelism, only contention with the event loop:
     # 2 lets one world generation run beside the steps (benchmarks/ B3: 8 threads cost ~10 % throughput).
     worker_threads: int = Field(default=2, ge=1, le=256)
+    # Python runs on one core per process: `task-app serve` starts this many app processes on one
+    # port (uvicorn's workers) to use the others. Each keeps its own world cache, trace writer, limits
+    # and metrics; env sessions and runs must be shared, so more than 1 needs a state store other
+    # than memory (benchmarks/ B3 and B8 with 1 and 2 processes).
+    processes: int = Field(default=1, ge=1, le=64)
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     math_alias_enabled: bool = True
@@ -144,6 +149,15 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(int(part) for part in value.split(","))
         return value
+
+    @model_validator(mode="after")
+    def _processes_share_state(self) -> Settings:
+        if self.processes > 1 and self.state_backend == "memory":
+            raise ValueError(
+                "TASKAPP_PROCESSES > 1 needs a state store the processes share (TASKAPP_STATE_BACKEND="
+                "sqlite:PATH or modal-dict:NAME): with memory an env created on one process is unknown to the others"
+            )
+        return self
 
     @model_validator(mode="after")
     def _lost_after_several_beats(self) -> Settings:

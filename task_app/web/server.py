@@ -174,5 +174,9 @@ def _settings_from_env() -> Settings:
 
 
 def app_from_env() -> FastAPI:
-    """Factory for `uvicorn --factory task_app.web.server:app_from_env` (used by `task-app serve --reload`)."""
+    """Factory for `uvicorn --factory task_app.web.server:app_from_env`: what `task-app serve --reload` and
+    each process of `--processes N` build, from the environment."""
     return create_app(_settings_from_env())
+
+
+APP_FROM_ENV = f"{__name__}:{app_from_env.__name__}"

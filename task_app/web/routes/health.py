@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from typing import Any
 
@@ -37,7 +38,8 @@ def health_body(state: AppState) -> tuple[int, dict[str, Any]]:
         "sessions": {**state.sessions.envs.stats(), "websockets": state.sessions.websockets.active},
         # Counts only (no names, no stacks): what a soak test watches for leaks. The tasks include
         # this request's own and the server's (lifespan, trace writer, one per request in flight).
-        "runtime": {"tasks": len(asyncio.all_tasks()), "threads": threading.active_count()},
+        # The pid says which of `task-app serve --processes N` answered (each has its own counters).
+        "runtime": {"pid": os.getpid(), "tasks": len(asyncio.all_tasks()), "threads": threading.active_count()},
     }
     if state.loop_lag is not None:
         body["event_loop"] = state.loop_lag.snapshot()
