@@ -20,7 +20,9 @@ Worlds: the repeated-seed phases run in groups of 4 rollouts per seed (as GRPO g
 generated before the window, so the window measures the per-decision path at steady state. The
 new-seed phases (`_new`) give every rollout a seed the server has never seen, as every eval seed and
 every GRPO group's first rollout are: its world is generated inside the window. A phase with
-`workers` set runs the server with that many worker threads (`TASKAPP_WORKER_THREADS`).
+`workers` set runs the server with that many worker threads (`TASKAPP_WORKER_THREADS`); one with
+`processes` > 1 serves the app as that many processes on one port (`task-app serve --processes N`, a
+sqlite state store): CPU and RSS are summed over them, loop lag is the worst process's.
 """
 
 from __future__ import annotations
@@ -59,12 +61,14 @@ class Phase:
     new_seeds: bool = False  # every rollout on a seed never seen before (else groups of 4 on warm seeds)
     workers: int | None = None  # the server's worker threads (None: the default)
     target_rss_mb: float | None = None
+    processes: int = 1  # app processes on the port (`task-app serve --processes N`)
 
     @property
     def tag(self) -> str:
         seeds = "_new" if self.new_seeds else ""
         workers = f"_w{self.workers}" if self.workers is not None else ""
-        return f"{self.concurrency}x{self.decisions}_{self.latency_ms}ms{seeds}{workers}"
+        processes = f"_p{self.processes}" if self.processes > 1 else ""
+        return f"{self.concurrency}x{self.decisions}_{self.latency_ms}ms{seeds}{workers}{processes}"
 
     def seeds(self, repetition: int, warm: list[int]) -> list[int]:
         """The seed of each rollout of one repetition."""
@@ -131,6 +135,25 @@ def _lag_buckets(health: dict[str, Any]) -> dict[str, int] | None:
     return (health.get("event_loop") or {}).get("buckets_ms")
 
 
+async def _lag_by_process(url: str, processes: int) -> dict[int, dict[str, int] | None]:
+    """Each app process's histogram: /health on a new connection each time (it lands on any process)
+    until every process has answered."""
+    found: dict[int, dict[str, int] | None] = {}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+        for _ in range(1000):
+            health = await get_json(http, url + "/health")
+            found.setdefault(health["runtime"]["pid"], _lag_buckets(health))
+            if len(found) == processes:
+                return found
+    raise RuntimeError(f"/health answered from {len(found)} of {processes} app processes")
+
+
+def _worst_lag(before: dict[int, dict[str, int] | None], after: dict[int, dict[str, int] | None], of: Any) -> float:
+    """`of` (lag_p99_ms or lag_max_ms) of each process's window; the worst process's."""
+    values = [of(before[pid], after[pid]) for pid in after if before.get(pid) and after[pid]]
+    return max(values) if values else float("nan")
+
+
 async def _sample_rss(app: Served, peak: list[int]) -> None:
     while True:
         peak[0] = max(peak[0], app.rss_bytes())
@@ -142,7 +165,7 @@ async def _window(app: Served, model: Served, phase: Phase, seeds: list[int]) ->
     async with client(phase.concurrency + 4) as http:
         outcomes, failures, rss_peak = [], [], [app.rss_bytes()]
         with _HealthPoller(app.url) as poller:  # started (a new process) before the clock, not inside it
-            before = _lag_buckets(await get_json(http, app.url + "/health"))
+            before = await _lag_by_process(app.url, phase.processes)
             cpu_before, started = app.cpu_s(), time.perf_counter()
             model_before, client_before = model.cpu_s(), time.process_time()
             async with anyio.create_task_group() as sampler:
@@ -161,7 +184,7 @@ async def _window(app: Served, model: Served, phase: Phase, seeds: list[int]) ->
             wall = time.perf_counter() - started
             cpu = app.cpu_s() - cpu_before
             model_cpu, client_cpu = model.cpu_s() - model_before, time.process_time() - client_before
-            after = _lag_buckets(await get_json(http, app.url + "/health"))
+            after = await _lag_by_process(app.url, phase.processes)
     rollout_s = [outcome.wall_s for outcome in outcomes]
     decisions = sum(outcome.decisions for outcome in outcomes)
     if failures:
@@ -175,8 +198,8 @@ async def _window(app: Served, model: Served, phase: Phase, seeds: list[int]) ->
         "rate": decisions / wall,
         "p50": percentile(rollout_s, 50) if rollout_s else float("nan"),
         "p99": percentile(rollout_s, 99) if rollout_s else float("nan"),
-        "lag_p99": lag_p99_ms(before, after) if before and after else float("nan"),
-        "lag_max": lag_max_ms(before, after) if before and after else float("nan"),
+        "lag_p99": _worst_lag(before, after, lag_p99_ms),
+        "lag_max": _worst_lag(before, after, lag_max_ms),
         "health_p99": percentile(health_ms, 99) if health_ms else float("nan"),
         "cpu_share": cpu / wall,
         "model_cpu_share": model_cpu / wall,
@@ -194,7 +217,11 @@ async def _warm(app: Served, model_url: str, seeds: list[int]) -> None:
 def _figures(phase: Phase, bench: str) -> dict[str, Figure]:
     seeds = ", new seeds" if phase.new_seeds else ""
     workers = f", {phase.workers} worker thread{'s' if phase.workers != 1 else ''}" if phase.workers else ""
-    what = f"{phase.concurrency} concurrent, {phase.decisions} decisions, {phase.latency_ms} ms model{seeds}{workers}"
+    processes = f", {phase.processes} app processes" if phase.processes > 1 else ""
+    what = (
+        f"{phase.concurrency} concurrent, {phase.decisions} decisions, {phase.latency_ms} ms model"
+        f"{seeds}{workers}{processes}"
+    )
     ideal_s = phase.decisions * phase.latency_ms / 1000
     ratio_target = None if phase.target_ratio is None else (">=", phase.target_ratio)
     lag_target = None if phase.target_lag_ms is None else ("<=", phase.target_lag_ms)
@@ -235,7 +262,8 @@ def run_phase(phase: Phase, repetitions: int, bench: str = BENCH, **settings: An
     warm = [3_000_000 + phase.concurrency * 10 + index for index in range(-(-phase.concurrency // GROUP))]
     if phase.workers is not None:
         settings = {"worker_threads": phase.workers, **settings}
-    with fake_model() as model, app_server(loop_lag_probe_s=PROBE_INTERVAL_S, **settings) as app:
+    served = app_server(loop_lag_probe_s=PROBE_INTERVAL_S, processes=phase.processes, **settings)
+    with fake_model() as model, served as app:
         anyio.run(_warm, app, model.url, warm)
         for repetition in range(repetitions):
             values = anyio.run(_window, app, model, phase, phase.seeds(repetition, warm))
@@ -246,14 +274,14 @@ def run_phase(phase: Phase, repetitions: int, bench: str = BENCH, **settings: An
 
 
 def run(repetitions: int, quick: bool) -> list[Figure]:
-    """The targets' phases (repeated seeds; new seeds with 1 and 2 worker threads), then two without
+    """The targets' phases (repeated seeds; new seeds with 1 and 2 app processes), then two without
     targets that the Modal sizing reads: half the concurrency at 200 ms, and 64 rollouts at a 1 s model
     (the README, "Concurrency, containers")."""
     decisions = 10 if quick else 20
     phases = [
         Phase(64, 20, 200),
-        Phase(64, 20, 200, new_seeds=True, workers=1),
-        Phase(64, 20, 200, new_seeds=True, workers=2),
+        Phase(64, 20, 200, new_seeds=True),
+        Phase(64, 20, 200, new_seeds=True, processes=2),
         Phase(256, decisions, 1000),
         Phase(32, 20, 200, target_ratio=None, target_lag_ms=None),
         Phase(64, decisions, 1000, target_ratio=None, target_lag_ms=None),

@@ -5,9 +5,9 @@
 The same window as B3 (`benchmarks.concurrency`): share of the ideal (1024 / 2 s = 512 decisions/s),
 event-loop lag inside the server, the server's RSS peak, failed rollouts, and the CPU of the load
 generator (this process) and of the fake model, which must stay far from a core each so that what
-is measured is the server. Run with 1 and 2 worker threads. The server's rollout cap and its pool of
-connections to the model are raised to the load (the defaults are sized for one Modal container;
-the README, "Concurrency, containers").
+is measured is the server. Run with 1 app process and with 2 (`task-app serve --processes 2`). The
+server's rollout cap and its pool of connections to the model are raised to the load (the defaults
+are sized for one Modal container; the README, "Concurrency, containers").
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ SETTINGS = {"max_concurrent_rollouts": ROLLOUTS + 64, "inference_max_connections
 def run(repetitions: int, quick: bool) -> list[Figure]:
     rollouts = ROLLOUTS // 4 if quick else ROLLOUTS
     figures: list[Figure] = []
-    for workers in (1, 2):
-        phase = Phase(rollouts, 20, 2000, new_seeds=True, workers=workers, target_rss_mb=2048)
+    for processes in (1, 2):
+        phase = Phase(rollouts, 20, 2000, new_seeds=True, processes=processes, target_rss_mb=2048)
         figures += run_phase(phase, repetitions, bench=BENCH, **SETTINGS)
     return figures

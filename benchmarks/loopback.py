@@ -8,21 +8,17 @@ serve until SIGINT/SIGTERM.
 from __future__ import annotations
 
 import json
-import socket
 from typing import Any
 
 import uvicorn
 
-from task_app.web.local_server import HTTP_PARSER
+from task_app.web.local_server import HTTP_PARSER, bind_socket, serve_processes
 
 
 def serve_on_loopback(app: Any, *, announce: dict[str, Any] | None = None, **options: Any) -> int:
-    """Serve `app` under uvicorn (h11, no access log, 60 s keep-alive; `options` override) until interrupted."""
-    # With proto=IPPROTO_TCP asyncio turns TCP_NODELAY on for accepted connections (with proto=0 it does
-    # not, and every response written in two parts then waits ~40 ms for a delayed ACK).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    """Serve `app` under uvicorn (h11, no access log, 60 s keep-alive; `options` override) until interrupted.
+    With `workers` > 1 in `options`, `app` is an import string and that many processes share the socket."""
+    sock = bind_socket("127.0.0.1", 0)
     print(json.dumps({"port": sock.getsockname()[1], **(announce or {})}), flush=True)
     defaults: dict[str, Any] = {
         "http": HTTP_PARSER,
@@ -33,7 +29,10 @@ def serve_on_loopback(app: Any, *, announce: dict[str, Any] | None = None, **opt
     }
     config = uvicorn.Config(app, **{**defaults, **options})
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        if config.workers > 1:
+            serve_processes(config, sock)
+        else:
+            uvicorn.Server(config).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on
         pass
     return 0

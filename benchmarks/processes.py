@@ -60,6 +60,19 @@ def _stat_cpu_s(stat: Path) -> float:
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS  # utime, stime (fields 14, 15 of stat)
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants now living (an app served by several processes is one tree)."""
+    tree, index = [pid], 0
+    while index < len(tree):
+        for children in Path(f"/proc/{tree[index]}/task").glob("*/children"):
+            try:
+                tree += [int(child) for child in children.read_text().split()]
+            except OSError:  # the thread or the process ended meanwhile
+                continue
+        index += 1
+    return tree
+
+
 def rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -96,14 +109,15 @@ class Served:
         return f"http://127.0.0.1:{self.port}"
 
     def cpu_s(self) -> float:
-        return cpu_seconds(self.pid)
+        """CPU time of the process and its children (`--processes N`: the app's N processes)."""
+        return sum(cpu_seconds(pid) for pid in process_tree(self.pid))
 
     def loop_cpu_s(self) -> float:
-        """CPU time of the main thread: for the app server, uvicorn's event loop."""
-        return thread_cpu_seconds(self.pid, self.pid)
+        """CPU time of the main threads: for the app server, uvicorn's event loop (one per process)."""
+        return sum(thread_cpu_seconds(pid, pid) for pid in process_tree(self.pid))
 
     def rss_bytes(self) -> int:
-        return rss_bytes(self.pid)
+        return sum(rss_bytes(pid) for pid in process_tree(self.pid))
 
 
 def environment() -> dict[str, str]:
@@ -175,19 +189,35 @@ def fake_model(latency_s: float = 0.0, actions: int = 1) -> Iterator[Served]:
 
 
 @contextmanager
-def app_server(*, traces_dir: Path | None = None, **overrides: Any) -> Iterator[Served]:
-    """The task app with `Settings(environment_api_key=API_KEY, traces_db=<temp dir>, **overrides)`."""
+def app_server(*, traces_dir: Path | None = None, processes: int = 1, **overrides: Any) -> Iterator[Served]:
+    """The task app with `Settings(environment_api_key=API_KEY, traces_db=<temp dir>, **overrides)`; with
+    `processes` > 1 served as `task-app serve --processes N` (their state store a sqlite file beside the traces)."""
     with tempfile.TemporaryDirectory(prefix="bench-traces-") as temporary:
         directory = traces_dir or Path(temporary)
         settings = {"environment_api_key": API_KEY, "traces_db": str(directory / "traces.db"), **overrides}
-        served = _start("app_server", "benchmarks.app_server", ["--settings", json.dumps(settings)])
+        if processes > 1:
+            settings.setdefault("state_backend", f"sqlite:{directory / 'state.db'}")
+        arguments = ["--settings", json.dumps(settings), "--processes", str(processes)]
+        served = _start("app_server", "benchmarks.app_server", arguments)
         served.extra["traces_db"] = directory / "traces.db"
         try:
             _wait_ready(served, "/health")
+            if processes > 1:
+                _wait_for_processes(served, processes)
             with _profiled(served):
                 yield served
         finally:
             _stop(served)
+
+
+def _wait_for_processes(served: Served, processes: int) -> None:
+    """Until each of the app's processes has answered /health (each new connection lands on any one)."""
+    deadline, seen = time.monotonic() + START_TIMEOUT_S, set()
+    while len(seen) < processes:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{len(seen)} of {processes} app processes answered within {START_TIMEOUT_S:g} s")
+        seen.add(httpx.get(served.url + "/health", timeout=5.0).json()["runtime"]["pid"])
+        time.sleep(0.01)
 
 
 @contextmanager
@@ -207,6 +237,7 @@ def _profiled(served: Served) -> Iterator[None]:
     if executable is None:
         raise RuntimeError("--profile needs py-spy: pip install py-spy (it is in the dev extra)")
     command = [executable, "record", "--pid", str(served.pid), "--output", str(out), "--gil", "--threads"]
+    command += ["--subprocesses"]  # `--processes N`: the app's processes are the server's children
     command += ["--format", PROFILE.format]
     spy = subprocess.Popen([*command, "--rate", "250"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
