@@ -15,6 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -413,6 +414,16 @@ def server_process(
     finally:
         served.stop()
         assert_no_key_material(log_path.read_text(errors="replace"), SECRETS)
+
+
+@contextmanager
+def server_processes(log_dir: Path, *settings: dict[str, Any]) -> Iterator[list[ServerProcess]]:
+    """One `server_process` per settings dict, started at once (their ~2.5 s start-ups overlap), all
+    ready when this yields; each is stopped and its log checked on exit."""
+    with ExitStack() as stack:
+        with ThreadPoolExecutor(len(settings)) as pool:
+            starting = [pool.submit(stack.enter_context, server_process(log_dir, **each)) for each in settings]
+        yield [future.result() for future in starting]
 
 
 # --- the whole suite's logs ------------------------------------------------------------------------

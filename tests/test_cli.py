@@ -183,9 +183,9 @@ def _pids_answering(base_url: str, processes: int) -> set[int]:
 
 
 def test_serve_processes_share_the_port_env_sessions_and_runs(fake_model: FakeModel, tmp_path: Path) -> None:
-    """`--processes 2` on a sqlite state store: both processes answer on the one port, an env created
-    on any of them steps on every new connection, a rollout's run_id is known to both, a process that
-    dies is replaced, and SIGINT stops them all."""
+    """`--processes 2` on a sqlite state store: both processes answer on the one port; an env and a
+    run are found from every new connection (12 each, landing on either process: all on one has a
+    chance of 1 in 2,048), a process that dies is replaced, and SIGINT stops them all."""
     port = _free_port()
     base_url = f"http://127.0.0.1:{port}"
     environment = _environment(
@@ -216,7 +216,7 @@ def test_serve_processes_share_the_port_env_sessions_and_runs(fake_model: FakeMo
             body = request_body(decisions=2, inference_url=fake_model.url())
             answered = fresh("POST", "/rollout", body)
             assert answered.status_code == 200, answered.text
-            for _ in range(6):  # the run's status from whichever process each connection reaches
+            for _ in range(12):  # the run's status from whichever process each connection reaches
                 status = fresh("GET", f"/runs/{body['run_id']}")
                 assert (status.status_code, status.json()["status"]) == (200, "completed"), status.text
 

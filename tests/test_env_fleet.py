@@ -7,13 +7,12 @@ from __future__ import annotations
 import random
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerProcess, server_process
+from conftest import ServerProcess, server_process, server_processes
 
 from task_app.game import ACTIONS
 
@@ -23,9 +22,11 @@ pytestmark = pytest.mark.usefixtures("no_key_in_logs")
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     backend = f"sqlite:{tmp_path / 'state.db'}"
-    with ExitStack() as stack:
-        first = stack.enter_context(server_process(tmp_path, state_backend=backend, traces_db=tmp_path / "a.db"))
-        second = stack.enter_context(server_process(tmp_path, state_backend=backend, traces_db=tmp_path / "b.db"))
+    a, b = (
+        {"state_backend": backend, "traces_db": tmp_path / "a.db"},
+        {"state_backend": backend, "traces_db": tmp_path / "b.db"},
+    )
+    with server_processes(tmp_path, a, b) as (first, second):
         yield first, second
 
 

@@ -9,13 +9,12 @@ import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerProcess, server_process, wait_until
+from conftest import ServerProcess, server_process, server_processes, wait_until
 from fake_model import FakeModel, delay
 from helpers import error_body, request_body, run_cli
 from prometheus_client.parser import text_string_to_metric_families
@@ -35,11 +34,8 @@ def pair(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     backend = f"sqlite:{tmp_path / 'state.db'}"
     traces = tmp_path / "traces"
     traces.mkdir()
-    with ExitStack() as stack:
-        first = stack.enter_context(server_process(tmp_path, state_backend=backend, traces_db=traces / "a.db", **FLEET))
-        second = stack.enter_context(
-            server_process(tmp_path, state_backend=backend, traces_db=traces / "b.db", **FLEET)
-        )
+    settings = [{"state_backend": backend, "traces_db": traces / name, **FLEET} for name in ("a.db", "b.db")]
+    with server_processes(tmp_path, *settings) as (first, second):
         yield first, second
 
 
