@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +42,7 @@ import anyio
 from task_app.core.stats import percentile
 
 from .client import client, get_json, post_rollout, rollout_body
-from .processes import Served, app_server, environment, fake_model
+from .processes import Served, app_server, environment, fake_model, health_by_process
 from .report import Figure
 
 BENCH = "B3"
@@ -136,21 +137,18 @@ def _lag_buckets(health: dict[str, Any]) -> dict[str, int] | None:
 
 
 async def _lag_by_process(url: str, processes: int) -> dict[int, dict[str, int] | None]:
-    """Each app process's histogram: /health on a new connection each time (it lands on any process)
-    until every process has answered."""
-    found: dict[int, dict[str, int] | None] = {}
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
-        for _ in range(1000):
-            health = await get_json(http, url + "/health")
-            found.setdefault(health["runtime"]["pid"], _lag_buckets(health))
-            if len(found) == processes:
-                return found
-    raise RuntimeError(f"/health answered from {len(found)} of {processes} app processes")
+    """Each app process's histogram, by pid."""
+    found = await anyio.to_thread.run_sync(health_by_process, url, processes)
+    return {pid: _lag_buckets(health) for pid, health in found.items()}
 
 
-def _worst_lag(before: dict[int, dict[str, int] | None], after: dict[int, dict[str, int] | None], of: Any) -> float:
+def _worst_lag(
+    before: dict[int, dict[str, int] | None],
+    after: dict[int, dict[str, int] | None],
+    of: Callable[[dict[str, int], dict[str, int]], float],
+) -> float:
     """`of` (lag_p99_ms or lag_max_ms) of each process's window; the worst process's."""
-    values = [of(before[pid], after[pid]) for pid in after if before.get(pid) and after[pid]]
+    values = [of(old, new) for pid, new in after.items() if (old := before.get(pid)) and new]
     return max(values) if values else float("nan")
 
 

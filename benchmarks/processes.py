@@ -203,21 +203,23 @@ def app_server(*, traces_dir: Path | None = None, processes: int = 1, **override
         try:
             _wait_ready(served, "/health")
             if processes > 1:
-                _wait_for_processes(served, processes)
+                health_by_process(served.url, processes)  # every process up, not only the first
             with _profiled(served):
                 yield served
         finally:
             _stop(served)
 
 
-def _wait_for_processes(served: Served, processes: int) -> None:
-    """Until each of the app's processes has answered /health (each new connection lands on any one)."""
-    deadline, seen = time.monotonic() + START_TIMEOUT_S, set()
-    while len(seen) < processes:
+def health_by_process(url: str, processes: int) -> dict[int, dict[str, Any]]:
+    """Each app process's /health body by pid: a new connection per read (it lands on any process)
+    until all `processes` have answered."""
+    deadline, found = time.monotonic() + START_TIMEOUT_S, {}
+    while len(found) < processes:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"{len(seen)} of {processes} app processes answered within {START_TIMEOUT_S:g} s")
-        seen.add(httpx.get(served.url + "/health", timeout=5.0).json()["runtime"]["pid"])
-        time.sleep(0.01)
+            raise RuntimeError(f"{len(found)} of {processes} app processes answered within {START_TIMEOUT_S:g} s")
+        health = httpx.get(url + "/health", timeout=5.0).json()
+        found.setdefault(health["runtime"]["pid"], health)
+    return found
 
 
 @contextmanager

@@ -22,11 +22,8 @@ pytestmark = pytest.mark.usefixtures("no_key_in_logs")
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[tuple[ServerProcess, ServerProcess]]:
     backend = f"sqlite:{tmp_path / 'state.db'}"
-    a, b = (
-        {"state_backend": backend, "traces_db": tmp_path / "a.db"},
-        {"state_backend": backend, "traces_db": tmp_path / "b.db"},
-    )
-    with server_processes(tmp_path, a, b) as (first, second):
+    settings = [{"state_backend": backend, "traces_db": tmp_path / name} for name in ("a.db", "b.db")]
+    with server_processes(tmp_path, *settings) as (first, second):
         yield first, second
 
 
