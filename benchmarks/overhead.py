@@ -10,9 +10,10 @@
                           step, as crafter does) plus our text observation
              render-free  the issue's floor: crafter's own `Env.step` without the frame (the app
                           renders one only when a rollout asks for images), driven by `Game` as the
-                          app drives it, plus the app's text observation: the stricter floor. (The app's `GameEnv.step` does
-                          the same to the world with less work: no `info` dict, one array operation for
-                          the objects' distances; that saving counts for the app, not the floor.)
+                          app drives it, plus the app's text observation: the stricter floor. (The
+                          app's `GameEnv.step` does the same to the world with less work: no `info`
+                          dict, one array operation for the objects' distances; that saving counts for
+                          the app, not the floor.)
 
 The ratios server / floor are taken per repetition (all measured back to back) and reported as the
 median over repetitions; the target (<= 2.0, 1 action, tracing on) applies to the issue's floor, the

@@ -2,6 +2,8 @@
 
 - SIGKILL of a server process in the middle of 16 concurrent rollouts, then a restart on the same
   database: it passes `PRAGMA integrity_check` and holds, complete, every rollout that was answered.
+- SIGKILL in the middle of a rollout whose rows were going to disk as it ran: no reader sees a session
+  for it, and the trainer's retry of the same run_id replaces those rows.
 - A trace database that turns read-only or full while the server runs (SQLite's own errors, forced
   through the server's connection): the rollout still succeeds, `metrics.details.storage` says
   `stored: false`, `/health` says `degraded`, and both recover once the disk does.
@@ -120,6 +122,47 @@ def test_sigkill_during_16_rollouts_loses_no_answered_rollout(tmp_path: Path, fa
     after = db_rows(db)
     assert after[again["run_id"]] == 3
     assert {run_id: after[run_id] for run_id in answered} == answered
+
+
+def _parts_on_disk(path: Path, run_id: str) -> tuple[int, bool]:
+    """(timesteps stored for `run_id`, whether its session row is there), read-only."""
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+        (steps,) = conn.execute("SELECT COUNT(*) FROM session_timesteps WHERE session_id = ?", (run_id,)).fetchone()
+        (sessions,) = conn.execute("SELECT COUNT(*) FROM session_traces WHERE session_id = ?", (run_id,)).fetchone()
+    return steps, bool(sessions)
+
+
+def test_a_rollout_killed_midway_stays_invisible_and_its_rerun_replaces_its_parts(
+    tmp_path: Path, fake_model: FakeModel
+) -> None:
+    db = tmp_path / "traces" / "traces.db"
+    fake_model.default = delay(0.3, tool_call("move_left", "do"))  # parts go to disk every ~2 decisions
+    body = request_body(inference_url=fake_model.url(), decisions=60, env={"seed": 3})
+    run_id = body["run_id"]
+    with server_process(tmp_path, traces_db=db) as first, ThreadPoolExecutor(max_workers=1) as pool:
+
+        def post() -> httpx.Response:
+            with first.client(timeout=WAIT_S) as client:
+                return client.post("/rollout", json=body)
+
+        future = pool.submit(post)
+        wait_until(lambda: db.exists() and _parts_on_disk(db, run_id)[0] >= 2, timeout=WAIT_S)
+        first.kill()
+        assert isinstance(future.exception(timeout=WAIT_S), httpx.TransportError)
+    steps, has_session = _parts_on_disk(db, run_id)
+    assert steps >= 2 and not has_session  # on disk, but not a session
+
+    async def read() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        async with TraceStore(db, readonly=True) as store:
+            return await store.get_session(run_id), await store.list_sessions()
+
+    assert asyncio.run(read()) == (None, [])
+    fake_model.default = tool_call("move_left", "do")
+    with server_process(tmp_path, traces_db=db) as second, second.client() as client:
+        again = request_body(inference_url=fake_model.url(), decisions=3, env={"seed": 3}, run_id=run_id)
+        assert storage_of(client.post("/rollout", json=again)) == {"stored": True}  # the trainer's retry
+    assert _parts_on_disk(db, run_id) == (3, True)  # the killed run's parts replaced, not merged
+    assert db_rows(db) == {run_id: 3}
 
 
 # --- read-only and full, forced through the server's own connection ------------------------------

@@ -1,4 +1,5 @@
-"""The SQLite trace store: seed schema, round trip, replace-on-replay, concurrency, failures, SIGKILL."""
+"""The SQLite trace store: seed schema, round trip, replace-on-replay, concurrency, rows written while a
+rollout runs, failures, SIGKILL."""
 
 from __future__ import annotations
 
@@ -16,12 +17,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import MODEL, first_line, llm_rollout, run_llm_rollout, store_result, with_run_id
+from helpers import MODEL, FakeLLMPolicy, first_line, llm_rollout, run_llm_rollout, store_result, with_run_id
 
 from task_app.game import WorldFactory
+from task_app.rollout.engine import RolloutEngine
 from task_app.rollout.result import RolloutResult
 from task_app.tracing import MIGRATIONS, SCHEMA_VERSION, TraceStore, build_session_trace
-from task_app.tracing.rows import SessionRows, session_rows
+from task_app.tracing.recording import RolloutRows
+from task_app.tracing.rows import SessionRows, SessionRowsBuilder, session_rows
 
 pytestmark = pytest.mark.anyio
 
@@ -323,6 +326,103 @@ async def test_a_run_written_twice_in_one_group_is_replaced_not_merged(
         health = store.health()
     assert statuses == [{"stored": True}] * 2 and health["transactions"] == 2
     assert counts(path) == expected_counts(short_result)
+
+
+# --- rows written while the rollout runs ------------------------------------------------------------
+
+TRACE_KEYS = ("session_id", "created_at", "session_time_steps", "event_history", "markov_blanket_message_history")
+
+
+async def test_parts_stay_invisible_until_the_end_lands(tmp_path: Path, result: RolloutResult) -> None:
+    path, trace = tmp_path / "t.db", build_session_trace(result)
+    builder = SessionRowsBuilder("store-run")
+    async with TraceStore(path) as store:
+        for index, step in enumerate(trace["session_time_steps"]):
+            builder.add_step(step)
+            if index in (1, 3):  # two parts: decisions 0-1, then 2-3
+                part = store.append(builder.take(), replace=index == 1)
+                assert part is not None and await part == {"stored": True}
+                assert await store.get_session("store-run") is None
+                assert await store.list_sessions() == []
+                assert counts(path, "store-run")["session_timesteps"] == index + 1
+        status = await store.write("store-run", builder.take(trace), replace=False)  # the last two and the session
+        stored = await store.get_session("store-run")
+        health = store.health()
+    assert status == {"stored": True}
+    assert (health["written"], health["transactions"]) == (1, 3)
+    assert counts(path) == expected_counts(result)
+    assert stored is not None
+    assert {key: stored[key] for key in TRACE_KEYS} == {key: trace[key] for key in TRACE_KEYS}
+
+
+async def test_a_run_id_run_again_replaces_its_trace_from_the_first_part(
+    tmp_path: Path, result: RolloutResult, short_result: RolloutResult
+) -> None:
+    path, trace = tmp_path / "t.db", build_session_trace(short_result)
+    builder = SessionRowsBuilder("store-run")
+    async with TraceStore(path) as store:
+        assert (await store_result(store, result))["stored"]
+        builder.add_step(trace["session_time_steps"][0])
+        part = store.append(builder.take(), replace=True)
+        assert part is not None and await part == {"stored": True}
+        assert await store.get_session("store-run") is None  # the old run's trace is gone, the new one not there
+        builder.add_step(trace["session_time_steps"][1])
+        assert await store.write("store-run", builder.take(trace), replace=False) == {"stored": True}
+    assert counts(path) == expected_counts(short_result)
+
+
+async def test_discard_removes_the_parts_of_a_rollout_that_never_ends(tmp_path: Path, result: RolloutResult) -> None:
+    path, trace = tmp_path / "t.db", build_session_trace(result)
+    builder = SessionRowsBuilder("store-run")
+    for step in trace["session_time_steps"][:3]:
+        builder.add_step(step)
+    async with TraceStore(path) as store:
+        part = store.append(builder.take(), replace=True)
+        assert part is not None and await part == {"stored": True}
+        assert counts(path, "store-run")["session_timesteps"] == 3
+        store.discard("store-run")
+    assert counts(path) == dict.fromkeys(SESSION_TABLES, 0)  # close() wrote the queued removal
+
+
+async def test_a_rollout_writes_a_part_per_flush_and_its_end_equals_the_whole_trace(
+    tmp_path: Path, worlds: WorldFactory
+) -> None:
+    plan = (await run_llm_rollout(worlds, run_id="flushed-run", decisions=5)).plan
+    earlier = await run_llm_rollout(worlds, run_id="flushed-run", decisions=2, seed=5)
+    async with TraceStore(tmp_path / "t.db") as store:
+        assert (await store_result(store, earlier))["stored"]  # an earlier attempt of the run: replaced
+        rows = RolloutRows("flushed-run", store, flush_interval_s=0.0)  # a part after every decision
+        result = await RolloutEngine(plan, FakeLLMPolicy(seed=3), worlds, on_record=rows.add).run()
+        status = await rows.commit(result, lambda: pytest.fail("the rows were good: nothing to rebuild"))
+        stored = await store.get_session("flushed-run")
+        health = store.health()
+    assert status == {"stored": True}
+    assert (health["written"], health["transactions"]) == (2, 7)  # the earlier run; five parts, then the end
+    trace = build_session_trace(result)
+    assert stored is not None
+    assert {key: stored[key] for key in TRACE_KEYS} == {key: trace[key] for key in TRACE_KEYS}
+    assert counts(tmp_path / "t.db") == expected_counts(result)
+
+
+async def test_parts_that_failed_to_store_are_replaced_by_the_whole_trace_at_the_end(
+    tmp_path: Path, worlds: WorldFactory
+) -> None:
+    path = tmp_path / "t.db"
+    plan = (await run_llm_rollout(worlds, run_id="relocked-run", decisions=4)).plan
+    async with TraceStore(path, busy_timeout_ms=50) as store:
+        rows = RolloutRows("relocked-run", store, flush_interval_s=0.0)
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # another process holds the write lock while the rollout runs
+        try:
+            result = await RolloutEngine(plan, FakeLLMPolicy(seed=3), worlds, on_record=rows.add).run()
+            await asyncio.sleep(0.5)  # every part tried and refused
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
+        failures = store.health()["failures"]
+        status = await rows.commit(result, lambda: pytest.fail("the rows were good: nothing to rebuild"))
+    assert failures == 4 and status == {"stored": True}
+    assert counts(path) == expected_counts(result)
 
 
 async def test_list_sessions_filters(tmp_path: Path, result: RolloutResult, short_result: RolloutResult) -> None:

@@ -116,6 +116,8 @@ class RolloutService:
             error = {"code": exc.code, "message": exc.message}
             raise
         finally:
+            if body is None and rows is not None:
+                rows.discard()
             with anyio.CancelScope(shield=True):
                 await self.registry.finish(entry, status, body, error)
                 if policy is not None:

@@ -6,7 +6,9 @@ the rollout: it is reported in `metrics.details.storage` and in `/health`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -22,31 +24,57 @@ from .trace import STRUCTURED, build_session_trace, build_trace_payload, session
 
 logger = logging.getLogger(__name__)
 
+# How often a running rollout's new rows go to the store. Each flush is one small job, grouped with
+# other rollouts' by the writer; B3 (200 ms model calls) flushes every third decision or so, and a
+# rollout shorter than this writes everything at its end, as before.
+FLUSH_INTERVAL_S = 0.5
+
 
 class RolloutRows:
     """The stored trace of one rollout, turned into rows a decision at a time as the engine records it
-    (`add` is its `on_record`), so the end of a rollout only adds the session row and commits.
+    (`add` is its `on_record`), and written while it runs: every `flush_interval_s` the rows added
+    since go to the store's queue without waiting, so the end of a rollout only commits its last rows
+    and the session row.
 
-    `add` runs on the event loop (~0.3 ms of CPU a decision: B1's loop thread, tracing on against
-    off): spread over the rollout, the work no longer
-    piles up when a batch of rollouts ends together (benchmarks/ B3). A bug here never fails the
-    rollout: the rows are dropped, logged, and `finalise` builds the trace from the result instead
-    (reporting any failure in the response metadata).
+    Building the rows runs on the event loop (~0.3 ms of CPU a decision: B1's loop thread, tracing on
+    against off); writing them during the rollout spends its model calls' idle time on SQLite, where
+    before every rollout of a batch that ended together waited behind every other one's rows
+    (benchmarks/ B3). A bug here never fails the rollout: the rows are dropped, logged, and `commit`
+    stores the trace built from the result instead (replacing any part written), as it does when a
+    part failed to store.
     """
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(
+        self, run_id: str, store: TraceStore | None = None, flush_interval_s: float = FLUSH_INTERVAL_S
+    ) -> None:
         self.run_id = run_id
         self._builder: SessionRowsBuilder | None = SessionRowsBuilder(run_id)
+        self._store = store
+        self._flush_interval_s = flush_interval_s
+        self._flushed_at = time.monotonic()
+        self._parts: list[asyncio.Future[dict[str, Any]]] = []
 
     def add(self, result: RolloutResult, record: DecisionRecord) -> None:
         if self._builder is None:
             return
         try:
             self._builder.add_step(structured_step(result, record))
-        except Exception:  # noqa: BLE001 - never fails the rollout; logged, and finalise rebuilds the trace
+        except Exception:  # noqa: BLE001 - never fails the rollout; logged, and commit rebuilds the trace
             self._drop()
+            return
+        if self._store is not None and time.monotonic() - self._flushed_at >= self._flush_interval_s:
+            self._flush(self._store, self._builder)
+
+    def _flush(self, store: TraceStore, builder: SessionRowsBuilder) -> None:
+        if not store.has_room:  # the rows wait for the next flush or the end
+            return
+        part = store.append(builder.take(), replace=not self._parts)
+        if part is not None:
+            self._parts.append(part)
+        self._flushed_at = time.monotonic()
 
     def rows(self, result: RolloutResult) -> SessionRows | None:
+        """All of the rollout's rows, or None if they cannot be trusted (a failure, a missed record)."""
         if self._builder is None or len(result.records) != self._builder.steps:
             return None
         try:
@@ -54,6 +82,35 @@ class RolloutRows:
         except Exception:  # noqa: BLE001 - as in add
             self._drop()
             return None
+
+    async def commit(self, result: RolloutResult, rebuild: Callable[[], SessionRows]) -> dict[str, Any]:
+        """Store the rest and the session row once every part is in; anything wrong (a part not
+        stored, rows that failed), the whole trace again, replacing the parts (`rebuild` when the
+        rows failed). Returns the store's status."""
+        store = self._store
+        if store is None:
+            raise RuntimeError("RolloutRows.commit needs the store it was made with")
+        try:
+            async with asyncio.timeout(store.write_timeout_s):
+                parts = [await asyncio.shield(part) for part in self._parts]
+        except TimeoutError:
+            parts = [{"stored": False}]
+        if self._builder is None or len(result.records) != self._builder.steps:
+            return await store.write(self.run_id, rebuild)
+        if parts and all(status.get("stored") for status in parts):
+            try:
+                rest = self._builder.take(session_header(result))
+            except Exception:  # noqa: BLE001 - as in add
+                self._drop()
+                return await store.write(self.run_id, rebuild)
+            return await store.write(self.run_id, rest, replace=False)
+        return await store.write(self.run_id, self.rows(result) or rebuild)
+
+    def discard(self) -> None:
+        """The rollout will not be committed: remove the parts written (queued)."""
+        if self._store is not None and self._parts:
+            self._store.discard(self.run_id)
+            self._parts.clear()
 
     def _drop(self) -> None:
         logger.warning("trace rows failed; rebuilding them at the end", exc_info=True, extra={"run_id": self.run_id})
@@ -86,8 +143,8 @@ class TraceRecorder:
         return self.store.health()
 
     def rollout_rows(self, run_id: str) -> RolloutRows | None:
-        """Rows to fill while the rollout runs (None when nothing is stored)."""
-        return RolloutRows(run_id) if self.store is not None else None
+        """Rows to fill, and write, while the rollout runs (None when nothing is stored)."""
+        return RolloutRows(run_id, self.store) if self.store is not None else None
 
     async def finalise(self, result: RolloutResult, rows: RolloutRows | None = None) -> dict[str, Any] | None:
         """Persist the rollout (shielded from cancellation) and return the trace payload it asked for."""
@@ -98,9 +155,11 @@ class TraceRecorder:
         storage: dict[str, Any] = {}
         with anyio.CancelScope(shield=True):
             if self.store is not None:
-                built = rows.rows(result) if rows is not None else None
                 stored_trace = trace if plan.return_trace and plan.trace_format == STRUCTURED else None
-                storage["trace"] = await self.store.write(plan.run_id, built or _rows_builder(result, stored_trace))
+                rebuild = _rows_builder(result, stored_trace)
+                storage["trace"] = await (
+                    rows.commit(result, rebuild) if rows is not None else self.store.write(plan.run_id, rebuild)
+                )
             if self.sft is not None:
                 storage["sft"] = await self.sft.write(result)
         result.storage = storage or None

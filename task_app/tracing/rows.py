@@ -64,10 +64,11 @@ Row = tuple[Any, ...]
 
 @dataclass(slots=True)
 class SessionRows:
-    """Everything one rollout writes, ready for `executemany`."""
+    """Everything one rollout writes, ready for `executemany`; without a `session` row, a part of a
+    running rollout's rows (readers see a session only once its session row is committed)."""
 
     session_id: str
-    session: Row
+    session: Row | None
     timesteps: list[Row] = field(default_factory=list)
     events: list[Row] = field(default_factory=list)
     messages: list[Row] = field(default_factory=list)
@@ -77,7 +78,7 @@ class SessionRows:
     @property
     def row_count(self) -> int:
         rows = (self.timesteps, self.events, self.messages, self.event_rewards)
-        return 1 + sum(len(group) for group in rows) + (self.outcome is not None)
+        return (self.session is not None) + sum(len(group) for group in rows) + (self.outcome is not None)
 
 
 def _json(value: Any) -> str | None:
@@ -154,13 +155,15 @@ def _message_row(session_id: str, step: str, message: Mapping[str, Any], texts: 
 class SessionRowsBuilder:
     """The rows of one session, a step at a time: a rollout adds each decision as it completes, so
     only the session and outcome rows are left for its end. Repeated prompt texts are stored once per
-    session (`compact.TextIndex`)."""
+    session (`compact.TextIndex`). `take` hands out the rows added since the last take, so a running
+    rollout's rows can be written while it runs; `finish` always returns all of them."""
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
-        self._rows = SessionRows(session_id=session_id, session=())
+        self._rows = SessionRows(session_id=session_id, session=None)
         self._texts = TextIndex()
         self._steps = self._events = self._messages = 0
+        self._taken: tuple[int, ...] = (0, 0, 0, 0)  # timesteps, events, messages, event rewards taken
 
     @property
     def steps(self) -> int:
@@ -205,6 +208,19 @@ class SessionRowsBuilder:
         self._steps += 1
         self._events += len(events)
         self._messages += len(messages)
+
+    def take(self, header: Mapping[str, Any] | None = None) -> SessionRows:
+        """The rows added since the last take; with `header`, the session's end: its session and
+        outcome rows too (as `finish` builds them)."""
+        rows = self._rows
+        groups = (rows.timesteps, rows.events, rows.messages, rows.event_rewards)
+        timesteps, events, messages, rewards = (group[start:] for group, start in zip(groups, self._taken, strict=True))
+        self._taken = tuple(map(len, groups))
+        part = SessionRows(self.session_id, None, timesteps, events, messages, rewards)
+        if header is not None:
+            whole = self.finish(header)
+            part.session, part.outcome = whole.session, whole.outcome
+        return part
 
     def finish(self, header: Mapping[str, Any]) -> SessionRows:
         """All rows, with the session and outcome rows from the trace's session-level keys

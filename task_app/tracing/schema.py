@@ -185,7 +185,7 @@ MIGRATIONS: tuple[Migration, ...] = (
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
-# Child tables first, so a session can be deleted with foreign keys enforced.
+# Child tables first, so a session can be deleted where foreign keys are enforced (the seed's tools).
 SESSION_TABLES = ("event_rewards", "messages", "events", "session_timesteps", "outcome_rewards", "session_traces")
 
 

@@ -15,6 +15,14 @@
 - A run_id written again REPLACES its session: the transaction deletes every row of that session_id,
   then inserts the new ones. A replayed run never duplicates rows, and a re-run with a different trace
   never merges with the old one (seed defect 39).
+- A running rollout's rows can go in ahead of its end: `append` queues a part without waiting (the
+  first part replaces the session, later ones add to it), and the end is then `write(...,
+  replace=False)` with the rest and the session row. Readers see a session only once its session row
+  is committed, so a part is invisible until the end lands; `discard` deletes the parts of a rollout
+  that never ends, and a process killed mid-rollout leaves its parts to the run_id's next attempt,
+  which replaces them (tests/test_crash_storage.py). The writer then spends a rollout's idle time
+  (its model calls) on its rows, instead of every rollout that ends together waiting behind every
+  other one's rows (benchmarks/ B3).
 - Storage trouble (unwritable path, not a database, disk full, locked) never raises into the rollout:
   `write` logs a WARNING with the run_id, counts the failure, and returns `{"stored": false, "error"}`
   for the response metadata; `health()` says "degraded" until a write succeeds again.
@@ -70,6 +78,7 @@ _STORAGE_ERRORS = (sqlite3.Error, OSError)
 class _Job:
     rows: SessionRows
     done: asyncio.Future[dict[str, Any]]  # always a status, never an exception
+    replace: bool = True  # delete the session's stored rows first
 
 
 def _error_text(exc: BaseException) -> str:
@@ -147,7 +156,9 @@ class TraceStore:
         try:
             await conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms):d}")
             await conn.execute(f"PRAGMA cache_size = {-1024 * int(self.cache_mb):d}")  # negative: KiB
-            await conn.execute("PRAGMA foreign_keys = ON")
+            # Not enforced: a running rollout's parts go in before its session row, which they reference
+            # (the order of a single write keeps the references whole; `append`).
+            await conn.execute("PRAGMA foreign_keys = OFF")
             if self.readonly:
                 self.schema_version = await _scalar(conn, "PRAGMA user_version")
                 self.journal_mode = await _scalar(conn, "PRAGMA journal_mode")
@@ -213,12 +224,33 @@ class TraceStore:
 
     # --- writing --------------------------------------------------------------------------------
 
-    async def write(self, run_id: str, rows: SessionRows | Callable[[], SessionRows]) -> dict[str, Any]:
+    @property
+    def has_room(self) -> bool:
+        """Whether `append` would take a part now (the store runs and its queue is not full)."""
+        return self._queue is not None and not self._closing and not self._queue.full()
+
+    def append(self, rows: SessionRows, *, replace: bool) -> asyncio.Future[dict[str, Any]] | None:
+        """Queue a part of a running rollout's rows (no session row) without waiting; the future
+        resolves to its status once committed. None when not taken (see `has_room`)."""
+        if not self.has_room or self._queue is None:
+            return None
+        job = _Job(rows, asyncio.get_running_loop().create_future(), replace)
+        self._queue.put_nowait(job)
+        return job.done
+
+    def discard(self, session_id: str) -> None:
+        """Delete the appended parts of a rollout that will not end (queued; best effort)."""
+        if self.append(SessionRows(session_id, None), replace=True) is None:
+            logger.warning("could not queue the removal of run %s's partial trace", session_id)
+
+    async def write(
+        self, run_id: str, rows: SessionRows | Callable[[], SessionRows], *, replace: bool = True
+    ) -> dict[str, Any]:
         """Store one rollout's rows and wait for their commit: `{"stored": true}` or `{"stored": false, "error"}`.
 
         `rows` may be a function that builds them; it runs in a worker thread, and a bug in it is a
         storage failure like any other (logged, counted), never an exception. Never raises for storage
-        problems.
+        problems. `replace=False` adds to the parts `append` stored (the end of a rollout).
         """
         if self.readonly:
             return self._mark_failure(run_id, "trace store is read-only")
@@ -230,7 +262,7 @@ class TraceStore:
             except Exception as exc:  # a trace-building bug must not fail the rollout; logged, counted
                 logger.warning("building the trace rows failed", exc_info=True, extra={"run_id": run_id})
                 return self._mark_failure(run_id, f"trace rows: {_error_text(exc)}")
-        job = _Job(rows, asyncio.get_running_loop().create_future())
+        job = _Job(rows, asyncio.get_running_loop().create_future(), replace)
         try:
             async with asyncio.timeout(self.write_timeout_s):
                 await self._queue.put(job)
@@ -263,48 +295,54 @@ class TraceStore:
         if len(batch) > 1:
             try:
                 async with self._lock:
-                    await self._commit([job.rows for job in batch])
+                    await self._commit(batch)
             except Exception:  # retried one by one below, where each failure is reported
                 logger.debug("group commit of %d traces failed; writing them one by one", len(batch), exc_info=True)
             else:
-                self._written += len(batch)
+                self._written += sum(job.rows.session is not None for job in batch)
                 self._degraded = False
                 for job in batch:
                     _resolve(job, {"stored": True})
                 return
         for job in batch:
-            _resolve(job, await self._run_job(job.rows))
+            _resolve(job, await self._run_job(job))
 
-    async def _run_job(self, rows: SessionRows) -> dict[str, Any]:
+    async def _run_job(self, job: _Job) -> dict[str, Any]:
+        session_id = job.rows.session_id
         try:
             async with self._lock:
-                await self._commit([rows])
+                await self._commit([job])
         except _STORAGE_ERRORS as exc:
-            return self._mark_failure(rows.session_id, _error_text(exc))
+            return self._mark_failure(session_id, _error_text(exc))
         except Exception as exc:  # the one writer must outlive any bad job; logged, counted, returned
-            logger.warning("trace writer failed on one job", exc_info=True, extra={"run_id": rows.session_id})
-            return self._mark_failure(rows.session_id, _error_text(exc))
-        self._written += 1
+            logger.warning("trace writer failed on one job", exc_info=True, extra={"run_id": session_id})
+            return self._mark_failure(session_id, _error_text(exc))
+        self._written += job.rows.session is not None
         self._degraded = False
         return {"stored": True}
 
-    async def _commit(self, batch: list[SessionRows]) -> None:
-        """Replace each session of `batch` (distinct session ids) in one transaction: its old rows go
-        first, then every table's rows in one `executemany` (timesteps before the events and messages
-        that look their ids up)."""
+    async def _commit(self, batch: list[_Job]) -> None:
+        """Write the jobs of `batch` (distinct session ids) in one transaction: the old rows of each
+        session it replaces go first, then every table's rows in one `executemany` (timesteps before
+        the events and messages that look their ids up)."""
         conn = self._connection()
-        keys = [(rows.session_id,) for rows in batch]
+        replaced = [(job.rows.session_id,) for job in batch if job.replace]
+        parts = [job.rows for job in batch]
+        inserts = (
+            (INSERT_SESSION, [rows.session for rows in parts if rows.session is not None]),
+            (INSERT_TIMESTEP, [row for rows in parts for row in rows.timesteps]),
+            (INSERT_EVENT, [row for rows in parts for row in rows.events]),
+            (INSERT_MESSAGE, [row for rows in parts for row in rows.messages]),
+            (INSERT_EVENT_REWARD, [row for rows in parts for row in rows.event_rewards]),
+            (INSERT_OUTCOME, [rows.outcome for rows in parts if rows.outcome is not None]),
+        )
         async with transaction(conn):
-            for table in SESSION_TABLES:
-                await conn.executemany(f"DELETE FROM {table} WHERE session_id = ?", keys)  # fixed table names
-            await conn.executemany(INSERT_SESSION, [rows.session for rows in batch])
-            await conn.executemany(INSERT_TIMESTEP, [row for rows in batch for row in rows.timesteps])
-            await conn.executemany(INSERT_EVENT, [row for rows in batch for row in rows.events])
-            await conn.executemany(INSERT_MESSAGE, [row for rows in batch for row in rows.messages])
-            await conn.executemany(INSERT_EVENT_REWARD, [row for rows in batch for row in rows.event_rewards])
-            outcomes = [rows.outcome for rows in batch if rows.outcome is not None]
-            if outcomes:
-                await conn.executemany(INSERT_OUTCOME, outcomes)
+            if replaced:
+                for table in SESSION_TABLES:
+                    await conn.executemany(f"DELETE FROM {table} WHERE session_id = ?", replaced)  # fixed names
+            for sql, rows in inserts:
+                if rows:
+                    await conn.executemany(sql, rows)
         self._transactions += 1
 
     # --- reading --------------------------------------------------------------------------------
