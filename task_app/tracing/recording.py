@@ -66,10 +66,10 @@ class RolloutRows:
             self._flush(self._store, self._builder)
 
     def _flush(self, store: TraceStore, builder: SessionRowsBuilder) -> None:
-        if not store.has_room:  # the rows wait for the next flush or the end
+        if not store.has_room:  # checked before `take`: the rows wait for the next flush or the end
             return
         part = store.append(builder.take(), replace=not self._parts)
-        if part is not None:
+        if part is not None:  # has_room held, so always; typed as the store's `append` is
             self._parts.append(part)
         self._flushed_at = time.monotonic()
 
