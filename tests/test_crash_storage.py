@@ -169,14 +169,13 @@ def test_a_rollout_killed_midway_stays_invisible_and_its_rerun_replaces_its_part
 
 
 def _on_server_loop(server: AppServer, sql: str) -> None:
-    """Run one statement on the trace store's connection, on the server's event loop, between writes."""
+    """Run one statement on the trace store's writing connection, in its thread, between writes."""
     store = server.state.recorder.store
-    assert store is not None and store._writer is not None and store._conn is not None
-    conn = store._conn
+    assert store is not None and store._writer is not None and store._write_conn is not None
+    conn = store._write_conn
 
     async def run() -> None:
-        async with store._lock:
-            await conn.execute(sql)
+        await store._in_writer_thread(lambda: conn.execute(sql))
 
     asyncio.run_coroutine_threadsafe(run(), store._writer.get_loop()).result(timeout=WAIT_S)
 

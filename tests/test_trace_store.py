@@ -473,15 +473,14 @@ async def test_unwritable_location(tmp_path: Path, result: RolloutResult) -> Non
 
 async def test_disk_full_then_recovery(tmp_path: Path, result: RolloutResult) -> None:
     async with TraceStore(tmp_path / "t.db") as store:
-        conn = store._conn
+        conn = store._write_conn  # the limit is the writing connection's own
         assert conn is not None
-        async with conn.execute("PRAGMA page_count") as cursor:
-            (pages,) = await cursor.fetchone()  # type: ignore[misc]
-        await conn.execute(f"PRAGMA max_page_count = {pages}")  # the file cannot grow: SQLITE_FULL
+        pages = await store._in_writer_thread(lambda: conn.execute("PRAGMA page_count").fetchone()[0])
+        await store._in_writer_thread(lambda: conn.execute(f"PRAGMA max_page_count = {pages}"))  # SQLITE_FULL
         status = await store_result(store, result)
         assert status["stored"] is False and "full" in status["error"]
         assert store.health()["status"] == "degraded"
-        await conn.execute("PRAGMA max_page_count = 1073741823")
+        await store._in_writer_thread(lambda: conn.execute("PRAGMA max_page_count = 1073741823"))
         assert (await store_result(store, result))["stored"]
         health = store.health()
     assert (health["status"], health["failures"], health["written"]) == ("ok", 1, 1)
@@ -505,8 +504,13 @@ async def test_locked_database_fails_the_write_not_the_rollout(tmp_path: Path, r
 async def test_slow_writer_times_out_but_the_job_still_lands(tmp_path: Path, result: RolloutResult) -> None:
     path = tmp_path / "t.db"
     async with TraceStore(path, write_timeout_s=0.05) as store:
-        async with store._lock:  # the writer is stuck behind a long read
+        other = sqlite3.connect(path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")  # the writer waits for the lock (busy_timeout 5 s)
+        try:
             status = await store_result(store, result)
+        finally:
+            other.execute("ROLLBACK")
+            other.close()
         assert status["stored"] is False and "did not commit" in status["error"]
         assert store.health()["status"] == "degraded"
     assert counts(path) == expected_counts(result)  # close() drained the queue: the rollout was kept

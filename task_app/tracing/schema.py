@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
-import aiosqlite
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 logger = logging.getLogger(__name__)
 
@@ -189,51 +187,45 @@ SCHEMA_VERSION = len(MIGRATIONS)
 SESSION_TABLES = ("event_rewards", "messages", "events", "session_timesteps", "outcome_rewards", "session_traces")
 
 
-@asynccontextmanager
-async def transaction(conn: aiosqlite.Connection) -> AsyncIterator[None]:
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[None]:
     """`BEGIN IMMEDIATE` … `COMMIT`, rolled back on any error (the connection is in autocommit mode).
 
     IMMEDIATE takes the write lock up front, so a busy file fails (after `busy_timeout`) at BEGIN
     rather than half-way through the inserts.
     """
-    await conn.execute("BEGIN IMMEDIATE")
+    conn.execute("BEGIN IMMEDIATE")
     try:
         yield
-        await conn.execute("COMMIT")
+        conn.execute("COMMIT")
     except BaseException:
-        await _rollback(conn)
+        _rollback(conn)
         raise
 
 
-async def _rollback(conn: aiosqlite.Connection) -> None:
+def _rollback(conn: sqlite3.Connection) -> None:
     if not conn.in_transaction:  # SQLite may already have rolled back (e.g. on SQLITE_FULL)
         return
     try:
-        await conn.execute("ROLLBACK")
+        conn.execute("ROLLBACK")
     except sqlite3.Error:
         logger.warning("trace database rollback failed", exc_info=True)
 
 
-async def user_version(conn: aiosqlite.Connection) -> int:
-    async with conn.execute("PRAGMA user_version") as cursor:
-        row = await cursor.fetchone()
-    return int(row[0]) if row else 0
-
-
-async def migrate(conn: aiosqlite.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> int:
+def migrate(conn: sqlite3.Connection, migrations: tuple[Migration, ...] = MIGRATIONS) -> int:
     """Apply the migrations the file lacks, in order; return the resulting version.
 
     The connection must be in autocommit mode (`isolation_level=None`). A file from a newer release
     (version above ours) is left alone: migrations are additive, so our statements still work.
     """
-    version = await user_version(conn)
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
     if version > len(migrations):
         logger.warning("trace database has schema version %d, newer than ours (%d)", version, len(migrations))
         return version
     for target in range(version + 1, len(migrations) + 1):
-        async with transaction(conn):
+        with transaction(conn):
             for statement in migrations[target - 1]:
-                await conn.execute(statement)
-            await conn.execute(f"PRAGMA user_version = {target:d}")
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {target:d}")
         logger.info("trace database migrated to schema version %d", target)
     return max(version, len(migrations))

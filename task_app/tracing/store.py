@@ -1,4 +1,4 @@
-"""The durable trace store: one SQLite file, one connection, one writer task.
+"""The durable trace store: one SQLite file, one writer task with a connection in a thread of its own.
 
     rollout ──write(result)──► build rows (worker thread) ──► bounded queue ──► writer task
         ▲                                                                       │ one transaction
@@ -8,10 +8,15 @@
   a process killed after answering has lost nothing (WAL + `synchronous=NORMAL` survives a process
   crash; only an OS crash or power loss can drop the last commits).
 - Group commit: the writer takes every job queued when it comes round (up to `MAX_BATCH` rollouts or
-  `MAX_BATCH_ROWS` rows) into one transaction, so rollouts that end together pay one commit and a
-  dozen statement round trips instead of one of each per rollout, and the last of them no longer
-  waits behind every other one's commit (benchmarks/ B3). If the batch fails, each job is retried
-  alone, so one bad job or a full disk gets its own precise status and never fails the others.
+  `MAX_BATCH_ROWS` rows) into one transaction, so rollouts that end together pay one commit instead
+  of one each, and the last of them no longer waits behind every other one's commit (benchmarks/
+  B3). If the batch fails, each job is retried alone, so one bad job or a full
+  disk gets its own precise status and never fails the others.
+- The writer's connection is plain `sqlite3`, owned by one thread: a whole transaction (BEGIN, the
+  deletes, an `executemany` per table, COMMIT) is one call into that thread, so it costs one wake-up
+  of the event loop, where a statement at a time through aiosqlite cost one each; with the loop
+  busy, each of those waited behind every other ready callback (benchmarks/ B3: the rollouts'
+  ends). The writer also migrates the file when the store starts.
 - A run_id written again REPLACES its session: the transaction deletes every row of that session_id,
   then inserts the new ones. A replayed run never duplicates rows, and a re-run with a different trace
   never merges with the old one (seed defect 39).
@@ -26,8 +31,10 @@
 - Storage trouble (unwritable path, not a database, disk full, locked) never raises into the rollout:
   `write` logs a WARNING with the run_id, counts the failure, and returns `{"stored": false, "error"}`
   for the response metadata; `health()` says "degraded" until a write succeeds again.
-- Reads (`list_sessions`, `get_session`) share the connection but never run inside a write
-  transaction. `TraceStore(path, readonly=True)` opens an existing file for the CLI without migrating.
+- Reads (`list_sessions`, `get_session`) go through a connection of their own (aiosqlite): WAL lets
+  them run while the writer writes, and they never see a transaction that has not committed.
+  `TraceStore(path, readonly=True)` opens only that one, on an existing file, for the CLI; it never
+  migrates or writes.
 """
 
 from __future__ import annotations
@@ -37,10 +44,11 @@ import json
 import logging
 import sqlite3
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 
@@ -59,6 +67,7 @@ from .rows import (
 from .schema import MIGRATIONS, SESSION_TABLES, Migration, migrate, transaction
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_WRITE_TIMEOUT_S = 60.0
 DEFAULT_BUSY_TIMEOUT_MS = 5000
@@ -109,9 +118,10 @@ class TraceStore:
         self.journal_mode: str | None = None
         self._queue_size = queue_size
         self._queue: asyncio.Queue[_Job | None] | None = None
-        self._conn: aiosqlite.Connection | None = None
+        self._conn: aiosqlite.Connection | None = None  # reads
         self._writer: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()  # one statement sequence at a time on the shared connection
+        self._write_thread: ThreadPoolExecutor | None = None  # owns `_write_conn`: every call to it runs there
+        self._write_conn: sqlite3.Connection | None = None
         self._closing = False
         self._written = 0
         self._transactions = 0  # commits that wrote rollouts: fewer than `written` when grouped
@@ -130,8 +140,12 @@ class TraceStore:
         if self._conn is not None:
             return
         try:
+            if not self.readonly:  # first: it creates and migrates the file the reads then open
+                self._write_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-store-writer")
+                self._write_conn = await self._in_writer_thread(self._open_writer)
             self._conn = await self._open()
         except _STORAGE_ERRORS as exc:
+            await self._close_writer()
             self._count_failure(f"cannot open trace database {self.path}: {_error_text(exc)}")
             logger.warning("trace store unavailable, rollouts will not be stored: %s", self._last_error)
             return
@@ -146,32 +160,68 @@ class TraceStore:
             ", read-only" if self.readonly else "",
         )
 
+    def _pragmas(self) -> tuple[str, ...]:
+        """Both connections'."""
+        return (
+            f"PRAGMA busy_timeout = {int(self.busy_timeout_ms):d}",
+            f"PRAGMA cache_size = {-1024 * int(self.cache_mb):d}",  # negative: KiB
+        )
+
     async def _open(self) -> aiosqlite.Connection:
+        """The connection the reads use."""
         if self.readonly:
             conn = await aiosqlite.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
         else:
-            await asyncio.to_thread(self.path.parent.mkdir, parents=True, exist_ok=True)
             conn = await aiosqlite.connect(self.path, isolation_level=None)
         conn.row_factory = aiosqlite.Row
         try:
-            await conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms):d}")
-            await conn.execute(f"PRAGMA cache_size = {-1024 * int(self.cache_mb):d}")  # negative: KiB
-            # Not enforced: a running rollout's parts go in before its session row, which they reference
-            # (the order of a single write keeps the references whole; `append`).
-            await conn.execute("PRAGMA foreign_keys = OFF")
+            for pragma in self._pragmas():
+                await conn.execute(pragma)
             if self.readonly:
                 self.schema_version = await _scalar(conn, "PRAGMA user_version")
                 self.journal_mode = await _scalar(conn, "PRAGMA journal_mode")
-                return conn
-            self.journal_mode = str(await _scalar(conn, "PRAGMA journal_mode = WAL"))
-            if self.journal_mode.lower() != "wal":
-                logger.warning("trace database %s could not use WAL (journal_mode=%s)", self.path, self.journal_mode)
-            await conn.execute("PRAGMA synchronous = NORMAL")
-            self.schema_version = await migrate(conn, self.migrations)
         except BaseException:
             await conn.close()
             raise
         return conn
+
+    def _open_writer(self) -> sqlite3.Connection:
+        """The writer's connection (in its thread): created, in WAL mode, migrated."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        try:
+            for pragma in self._pragmas():
+                conn.execute(pragma)
+            # Not enforced: a running rollout's parts go in before its session row, which they reference
+            # (the order of a single write keeps the references whole; `append`).
+            conn.execute("PRAGMA foreign_keys = OFF")
+            self.journal_mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            if self.journal_mode.lower() != "wal":
+                logger.warning("trace database %s could not use WAL (journal_mode=%s)", self.path, self.journal_mode)
+            conn.execute("PRAGMA synchronous = NORMAL")
+            self.schema_version = migrate(conn, self.migrations)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    async def _in_writer_thread(self, fn: Callable[[], T]) -> T:
+        if self._write_thread is None:
+            raise RuntimeError(f"trace store {self.path} has no writer ({self._last_error or 'not started'})")
+        return await asyncio.get_running_loop().run_in_executor(self._write_thread, fn)
+
+    async def _close_writer(self) -> None:
+        conn, thread = self._write_conn, self._write_thread
+        self._write_conn = self._write_thread = None
+        if thread is None:
+            return
+        try:
+            if conn is not None:
+                await asyncio.get_running_loop().run_in_executor(thread, conn.close)
+        except _STORAGE_ERRORS:
+            logger.warning("closing the trace database failed", exc_info=True)
+        finally:
+            thread.shutdown(wait=False)
 
     async def close(self) -> None:
         """Write everything queued, stop the writer, close the connection. Idempotent."""
@@ -187,6 +237,7 @@ class TraceStore:
                 await conn.close()
             except _STORAGE_ERRORS:
                 logger.warning("closing the trace database failed", exc_info=True)
+        await self._close_writer()
 
     async def __aenter__(self) -> TraceStore:
         await self.start()
@@ -294,8 +345,7 @@ class TraceStore:
         """Commit the jobs in one transaction; if that fails, each alone (its own status)."""
         if len(batch) > 1:
             try:
-                async with self._lock:
-                    await self._commit(batch)
+                await self._commit(batch)
             except Exception:  # retried one by one below, where each failure is reported
                 logger.debug("group commit of %d traces failed; writing them one by one", len(batch), exc_info=True)
             else:
@@ -310,8 +360,7 @@ class TraceStore:
     async def _run_job(self, job: _Job) -> dict[str, Any]:
         session_id = job.rows.session_id
         try:
-            async with self._lock:
-                await self._commit([job])
+            await self._commit([job])
         except _STORAGE_ERRORS as exc:
             return self._mark_failure(session_id, _error_text(exc))
         except Exception as exc:  # the one writer must outlive any bad job; logged, counted, returned
@@ -324,8 +373,10 @@ class TraceStore:
     async def _commit(self, batch: list[_Job]) -> None:
         """Write the jobs of `batch` (distinct session ids) in one transaction: the old rows of each
         session it replaces go first, then every table's rows in one `executemany` (timesteps before
-        the events and messages that look their ids up)."""
-        conn = self._connection()
+        the events and messages that look their ids up), all of it one call into the writer's thread."""
+        conn = self._write_conn
+        if conn is None:
+            raise RuntimeError(f"trace store {self.path} has no writer")
         replaced = [(job.rows.session_id,) for job in batch if job.replace]
         parts = [job.rows for job in batch]
         inserts = (
@@ -336,13 +387,17 @@ class TraceStore:
             (INSERT_EVENT_REWARD, [row for rows in parts for row in rows.event_rewards]),
             (INSERT_OUTCOME, [rows.outcome for rows in parts if rows.outcome is not None]),
         )
-        async with transaction(conn):
-            if replaced:
-                for table in SESSION_TABLES:
-                    await conn.executemany(f"DELETE FROM {table} WHERE session_id = ?", replaced)  # fixed names
-            for sql, rows in inserts:
-                if rows:
-                    await conn.executemany(sql, rows)
+
+        def write() -> None:
+            with transaction(conn):
+                if replaced:
+                    for table in SESSION_TABLES:
+                        conn.executemany(f"DELETE FROM {table} WHERE session_id = ?", replaced)  # fixed names
+                for sql, rows in inserts:
+                    if rows:
+                        conn.executemany(sql, rows)
+
+        await self._in_writer_thread(write)
         self._transactions += 1
 
     # --- reading --------------------------------------------------------------------------------
@@ -353,10 +408,8 @@ class TraceStore:
         return self._conn
 
     async def _fetch(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-        conn = self._connection()
-        async with self._lock:
-            async with conn.execute(sql, params) as cursor:
-                return [dict(row) for row in await cursor.fetchall()]
+        async with self._connection().execute(sql, params) as cursor:
+            return [dict(row) for row in await cursor.fetchall()]
 
     async def list_sessions(
         self,
