@@ -27,19 +27,12 @@ from ..rollout.plan import RolloutPlan, build_plan
 from ..rollout.registry import RunEntry, RunRegistry
 from ..rollout.result import DecisionRecord, RolloutResult, StopReason
 from ..tracing.recording import RolloutRows, TraceRecorder
-from ..tracing.trace import COMPACT
 from .metrics import Metrics
 from .run_log import log_rollout
 
 logger = logging.getLogger(__name__)
 
 PolicyFactory = Callable[[RolloutPlan, float], Policy]
-
-# A response without a session trace and of at most this many decisions is encoded on the event loop
-# (~0.3 ms for 20 decisions, ~0.4 ms for 50): offloaded, it queued behind every other rollout's steps
-# on the worker threads (benchmarks/ B3: ~40 ms median at the end of each rollout). Longer ones, and
-# structured or full traces (megabytes), still go to a worker thread.
-INLINE_ENCODE_DECISIONS = 100
 
 
 @dataclass(slots=True)
@@ -147,7 +140,4 @@ class RolloutService:
     async def _finalise(self, result: RolloutResult, rows: RolloutRows | None) -> bytes:
         """Persist the trace (committed before we answer) and build the response bytes."""
         trace = await self.recorder.finalise(result, rows)
-        plan = result.plan
-        if (not plan.return_trace or plan.trace_format == COMPACT) and result.decisions <= INLINE_ENCODE_DECISIONS:
-            return encode(result.response(trace))
         return await self.offload(lambda: encode(result.response(trace)))
