@@ -10,8 +10,8 @@
 - Group commit: the writer takes every job queued when it comes round (up to `MAX_BATCH` rollouts or
   `MAX_BATCH_ROWS` rows) into one transaction, so rollouts that end together pay one commit instead
   of one each, and the last of them no longer waits behind every other one's commit (benchmarks/
-  B3). If the batch fails, each job is retried alone, so one bad job or a full
-  disk gets its own precise status and never fails the others.
+  B3). If the batch fails, each job is retried alone, so one bad job or a full disk gets its own
+  precise status and never fails the others.
 - The writer's connection is plain `sqlite3`, owned by one thread: a whole transaction (BEGIN, the
   deletes, an `executemany` per table, COMMIT) is one call into that thread, so it costs one wake-up
   of the event loop, where a statement at a time through aiosqlite cost one each; with the loop
