@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import SYSTEM_PROMPT, FakeLLMPolicy, llm_rollout, run_llm_rollout, store_result
 
-from task_app.core.json_codec import dumps, dumps_bytes, is_plain
+from task_app.core.json_codec import dumps, dumps_bytes, is_plain, loads
 from task_app.game import WorldFactory
 from task_app.rollout.engine import RolloutEngine
 from task_app.rollout.result import RolloutResult
@@ -102,6 +102,34 @@ def test_a_changed_system_prompt_is_stored_again(result: RolloutResult) -> None:
 )
 def test_json_codec_matches_the_stdlib(value: object) -> None:
     assert dumps(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"actions": ["move_left", "do"], "n": -0, "x": -0.0, "f": 2.5e-7}',
+        "123456789012345678901234567890",  # orjson alone: a float
+        "-9223372036854775809",
+        '"\\ud800"',
+        "NaN",
+        "1e400",
+        '{"id": "call_12345678901234567890"}',
+        b'\xef\xbb\xbf{"a": 1}',
+    ],
+)
+def test_json_codec_reads_as_the_stdlib(text: str | bytes) -> None:
+    value = loads(text)
+    assert repr(value) == repr(json.loads(text))
+    assert type(value) is type(json.loads(text))
+
+
+@pytest.mark.parametrize("text", ["[1,]", '{"a": }', "", '"\x01"', "\ufeff{}"])
+def test_json_codec_refuses_as_the_stdlib(text: str) -> None:
+    with pytest.raises(json.JSONDecodeError) as expected:
+        json.loads(text)
+    with pytest.raises(json.JSONDecodeError) as refused:
+        loads(text)
+    assert str(refused.value) == str(expected.value)
 
 
 def test_json_codec_bytes_match_what_httpx_sends() -> None:

@@ -1,16 +1,20 @@
-"""Compact JSON exactly as the stdlib writes it, at orjson's speed where the two agree.
+"""Compact JSON exactly as the stdlib writes and reads it, at orjson's speed where the two agree.
 
 `json.dumps(value, separators=(",", ":"), ensure_ascii=False)` and `orjson.dumps(value)` write the same
 bytes for "plain" data: str, int (64-bit), bool, None, lists/tuples and dicts with str keys, and floats
 that are 0 or at least 1e-4 in size. They differ on floats below 1e-4 (`1e-05` vs `0.00001`), NaN and
 Infinity, huge ints, lone surrogates, non-str keys and subclasses, so anything else (or anything orjson
 refuses) goes to the stdlib. The output never depends on which encoder ran: traces, stored rows and
-the request bodies sent to model servers stay byte-identical to what the stdlib wrote.
+the request bodies sent to model servers stay byte-identical to what the stdlib wrote. Reading
+(`loads`), the two differ on integers beyond 64 bits, which orjson turns into floats, and on what
+orjson refuses (NaN, Infinity, numbers beyond a double, lone surrogates, a BOM in bytes): the stdlib
+reads those.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +22,10 @@ import orjson
 
 SMALLEST_PLAIN_FLOAT = 1e-4  # below this the stdlib writes an exponent (1e-05), orjson does not
 _SCALARS = frozenset({str, int, bool, type(None)})
+# 19 digits in a row: a number that may lie beyond 64 bits (-9223372036854775809 has 19), or digits in
+# a string, which the stdlib then reads just as well.
+_LONG_DIGITS = re.compile(r"\d{19}")
+_LONG_DIGITS_BYTES = re.compile(rb"\d{19}")
 
 
 def is_plain(value: Any) -> bool:
@@ -92,3 +100,17 @@ def dumps_value(value: Any, *, default: Callable[[Any], Any] | None = None) -> s
         return orjson.dumps(value, default=default, option=_VALUE_OPTIONS).decode()
     except orjson.JSONEncodeError:  # an int beyond 64 bits, a lone surrogate: the stdlib decides
         return dumps(value, default=default)
+
+
+def loads(data: str | bytes) -> Any:
+    """`json.loads(data)`: the same values and the same errors, read by orjson where it reads the same."""
+    if isinstance(data, bytes):
+        exact = _LONG_DIGITS_BYTES.search(data) is None
+    else:
+        exact = _LONG_DIGITS.search(data) is None
+    if exact:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(data)

@@ -15,6 +15,8 @@ from typing import Any
 
 import crafter.constants
 
+from ..core import json_codec
+
 ACTIONS: tuple[str, ...] = tuple(crafter.constants.actions)
 ACTION_IDS: dict[str, int] = {name: index for index, name in enumerate(ACTIONS)}
 ACHIEVEMENTS: tuple[str, ...] = tuple(sorted(crafter.constants.achievements))
@@ -89,7 +91,7 @@ def _parse_arguments(raw: object) -> tuple[Mapping[str, Any] | None, str | None]
         if not raw.strip():
             return {}, None
         try:
-            parsed = json.loads(raw)
+            parsed = json_codec.loads(raw)
         except json.JSONDecodeError:
             return None, "arguments are not valid JSON"
         if isinstance(parsed, Mapping):

@@ -32,12 +32,11 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
-import orjson
 from pydantic import SecretStr
 from yarl import URL
 
 from ..core.errors import NotConfigured
-from ..core.json_codec import dumps_bytes
+from ..core.json_codec import dumps_bytes, loads
 from ..core.outbound import AnswerTooLarge, Outbound, SendFailure, parse_url, post
 from ..core.settings import Settings
 from .base import PolicyError
@@ -126,13 +125,11 @@ class InferenceTarget:
     api_key: SecretStr | None = field(default=None, repr=False)
     # Parsed once rather than on every request; None when it does not parse (the str is sent and refused).
     http_url: URL | None = field(default=None, init=False, repr=False, compare=False)
+    host: str = field(default="", init=False, repr=False, compare=False)  # lower-case, for logs
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "http_url", parse_url(self.url))
-
-    @property
-    def host(self) -> str:
-        return _host(self.url)
+        object.__setattr__(self, "host", _host(self.url))
 
     def headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json"}
@@ -288,15 +285,6 @@ def retry_after_seconds(value: str | None) -> float | None:
     return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
-def _loads(raw: bytes) -> Any:
-    """`json.loads(raw)`: orjson parses strict JSON several times faster; what it refuses (NaN, a BOM,
-    UTF-16, huge ints) the stdlib still decides, so both accept exactly the same answers."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return json.loads(raw)
-
-
 def _error_hint(raw: bytes) -> str:
     """A vendor's error code/type, if it is a short token. Never the message: vendors echo key prefixes."""
     try:
@@ -422,7 +410,7 @@ class InferenceClient:
         if not answer.ok:
             raise self._status_error(answer.status, answer.body, answer.retry_after)
         try:
-            parsed = _loads(answer.body)
+            parsed = loads(answer.body)
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             return answer.status, None, "invalid_json"
         if not isinstance(parsed, dict):

@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 
+from ..core import json_codec
 from ..core.settings import Settings
 from ..game import ACTIONS, TOOL_NAME, Observation, normalise_tool_calls
 from .base import HistoryEntry, LMCall, PolicyDecision, content_text
@@ -89,7 +90,7 @@ def _json_values(text: str) -> Iterator[Any]:
     for block in blocks:
         stripped = block.strip()
         try:
-            yield json.loads(stripped)
+            yield json_codec.loads(stripped)
             continue
         except (ValueError, RecursionError):
             pass

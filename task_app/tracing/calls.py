@@ -19,7 +19,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -202,7 +201,7 @@ def tool_call_specs(tool_calls: Any) -> list[dict[str, Any]]:
         parsed: Any = arguments
         if isinstance(arguments, str):
             try:
-                parsed = json.loads(arguments)
+                parsed = json_codec.loads(arguments)
             except ValueError:
                 parsed = None
         specs.append(

@@ -12,13 +12,13 @@ has none). `event_rewards` rows hang off the step's environment event; the outco
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
+from ..core import json_codec
 from .calls import dumps_value, iso
 from .compact import TextIndex, TextResolver
 
@@ -265,7 +265,7 @@ def load_json(value: Any) -> Any:
     if not isinstance(value, str):
         return value
     try:
-        return json.loads(value)
+        return json_codec.loads(value)
     except ValueError:
         return value
 
