@@ -16,6 +16,7 @@ from pathlib import Path
 
 import aiosqlite
 
+from ..core.sqlite_open import open_retrying_async
 from .base import Clock, StateStore, StoreUnavailable, check_key, expiry
 
 BUSY_TIMEOUT_MS = 5000
@@ -49,16 +50,23 @@ class SqliteStore(StateStore):
     async def open(self) -> SqliteStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = await aiosqlite.connect(self.path, isolation_level=None)
+            self._conn = await open_retrying_async(self._connect)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreUnavailable(f"cannot open the state store {self.path}: {exc}") from exc
+        return self
+
+    async def _connect(self) -> aiosqlite.Connection:
+        conn = await aiosqlite.connect(self.path, isolation_level=None)
+        try:
             await conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             await conn.execute("PRAGMA journal_mode = WAL")
             await conn.execute("PRAGMA synchronous = NORMAL")
             for statement in _SCHEMA:
                 await conn.execute(statement)
-        except (sqlite3.Error, OSError) as exc:
-            raise StoreUnavailable(f"cannot open the state store {self.path}: {exc}") from exc
-        self._conn = conn
-        return self
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
 
     @property
     def _db(self) -> aiosqlite.Connection:

@@ -52,6 +52,7 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
+from ..core.sqlite_open import open_retrying
 from .calls import iso
 from .rows import (
     INSERT_EVENT,
@@ -142,7 +143,7 @@ class TraceStore:
         try:
             if not self.readonly:  # first: it creates and migrates the file the reads then open
                 self._write_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="trace-store-writer")
-                self._write_conn = await self._in_writer_thread(self._open_writer)
+                self._write_conn = await self._in_writer_thread(lambda: open_retrying(self._open_writer))
             self._conn = await self._open()
         except _STORAGE_ERRORS as exc:
             await self._close_writer()
@@ -186,7 +187,8 @@ class TraceStore:
         return conn
 
     def _open_writer(self) -> sqlite3.Connection:
-        """The writer's connection (in its thread): created, in WAL mode, migrated."""
+        """The writer's connection (in its thread): created, in WAL mode, migrated (`open_retrying`:
+        the other processes of `--processes N` may be setting the same file up)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, isolation_level=None)
         try:
