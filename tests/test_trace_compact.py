@@ -110,6 +110,7 @@ def test_json_codec_matches_the_stdlib(value: object) -> None:
         '{"actions": ["move_left", "do"], "n": -0, "x": -0.0, "f": 2.5e-7}',
         "123456789012345678901234567890",  # orjson alone: a float
         "-9223372036854775809",
+        '{"logprob": -0.00012345678901234567, "big": 12345678901234567890.5, "e": 1234567890123456789012e5}',
         '"\\ud800"',
         "NaN",
         "1e400",

@@ -22,10 +22,12 @@ import orjson
 
 SMALLEST_PLAIN_FLOAT = 1e-4  # below this the stdlib writes an exponent (1e-05), orjson does not
 _SCALARS = frozenset({str, int, bool, type(None)})
-# 19 digits in a row: a number that may lie beyond 64 bits (-9223372036854775809 has 19), or digits in
-# a string, which the stdlib then reads just as well.
-_LONG_DIGITS = re.compile(r"\d{19}")
-_LONG_DIGITS_BYTES = re.compile(rb"\d{19}")
+# An integer of 19 digits or more: it may lie beyond 64 bits (-9223372036854775809 has 19). Not the
+# digits of a fraction or of a mantissa (logprobs in a model's answer have runs that long), which
+# orjson reads as the stdlib does; digits in a string match too, and the stdlib reads those as well.
+_LONG_INTEGER = r"(?<![\d.])\d{19,}(?![\d.eE])"
+_LONG_DIGITS = re.compile(_LONG_INTEGER)
+_LONG_DIGITS_BYTES = re.compile(_LONG_INTEGER.encode())
 
 
 def is_plain(value: Any) -> bool:
