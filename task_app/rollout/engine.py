@@ -2,14 +2,18 @@
 
     plan ──► world (cache or fresh, worker thread) ──► for op in ops:
                  agent: policy.decide(obs, history)          (awaited under deadline + abort)
-                 env:   game.step(actions) (worker thread) → rewards → record → on_record (trace rows)
+                 env:   game.step(actions) (on the loop; a worker thread to render a frame)
+                        → rewards → record → on_record (trace rows)
                  episode over? on_done: reset (lazily, at the next op) | terminate
              ──► RolloutResult (partial when a limit stopped it)
 
-Nothing here knows about HTTP. Crafter work runs through `offload`, never on the event loop. A step
-run inline would save the thread handoff (~0.09 ms of CPU a decision, benchmarks/ B1), but then a
-wave of model answers holds the loop for the whole wave: at 256 rollouts in flight (B3) the loop lag
-p99 went from 5 ms to 20-50 ms, for the same throughput.
+Nothing here knows about HTTP. A decision's step without a frame (the text observation only) runs
+on the event loop: it is ~0.2-0.35 ms of Python that holds the GIL wherever it runs, and handing it
+to a worker thread and back cost another ~0.2 ms of CPU (two thread wake-ups, the GIL passed back
+and forth; benchmarks/ B1 1.17 -> 0.98 ms of server CPU a decision, B3 -13 to -17 % of the server's
+cores, loop lag p99 5 -> 10 ms). What can take milliseconds goes through `offload`: building or
+generating the world (the compiled generator releases the GIL), a step that renders a frame for a
+vision policy, and the rubric scores.
 """
 
 from __future__ import annotations
@@ -179,7 +183,10 @@ class RolloutEngine:
         else:
             plan = normalise_tool_calls(decision.tool_calls, self.plan.max_actions)
         started_at, start = datetime.now(UTC), perf_counter()
-        outcome, observation = await self.offload(lambda: game.step(plan))
+        if game.image_size:  # a frame to render and encode as PNG: milliseconds, off the loop
+            outcome, observation = await self.offload(lambda: game.step(plan))
+        else:
+            outcome, observation = game.step(plan)
         env_ms = (perf_counter() - start) * 1000
         episode = self.result.episodes[-1]
         episode.decisions += 1
