@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import pickle
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import crafter
@@ -48,34 +49,32 @@ class GameEnv(crafter.Env):
         # Stock crafter picks the creature to despawn by index into a list built from a *set* of
         # objects, whose order follows memory addresses: the same seed and actions can then give
         # different worlds. Ordering the chunk's objects by position makes the choice reproducible.
-        super()._balance_chunk(chunk, sorted(objs, key=lambda obj: (int(obj.pos[0]), int(obj.pos[1]))))
+        # (`step` runs `_balance`, which orders them the same way; this is the reference it equals.)
+        super()._balance_chunk(chunk, _by_position(objs))
 
     def step(self, action: int) -> tuple[None, float, bool, dict[str, Any]]:
         """Stock `Env.step` with the same effects on the world, minus the work the app never reads.
 
         Stock crafter builds an `info` dict every step (inventory and achievement copies, a semantic
-        map; here it is empty) and measures each object's distance to the player with numpy calls per
-        object. Here the distances are array operations: objects only ever move themselves, at their
-        own turn, and only the player's turn moves the player, so the objects before the player (none:
-        reset adds it first) are measured against where it stood and those after it against where its
-        update left it, which is what stock crafter measures. (benchmarks.worldgen_check steps both.)
+        map; here it is empty) and measures each object's distance to the player with numpy calls on
+        two-element arrays; here the same distances are plain integers, taken at the same moments
+        (each object's at its turn, the player where the updates before it left it). Every tenth step
+        the spawn-and-despawn round counts each chunk's grass and path tiles in one pass over the map
+        (`_balance`) instead of three masks per chunk. (benchmarks.worldgen_check steps both.)
         """
         self._step += 1
         self._update_time()
         player = self._player
         player.action = crafter.constants.actions[action]
-        objects = self._world.objects
-        first = objects.index(player)
-        positions = np.array([obj.pos for obj in objects])
-        reach = 2 * max(self._view)
-        for start, stop in ((0, first), (first, first + 1), (first + 1, len(objects))):
-            near = np.abs(positions[start:stop] - player.pos).sum(axis=1) < reach
-            for obj, close in zip(objects[start:stop], near.tolist(), strict=True):
-                if close:
-                    obj.update()
+        reach = 2 * int(self._view.max())
+        px, py = player.pos.tolist()
+        for obj in self._world.objects:
+            x, y = obj.pos.tolist()
+            if abs(x - px) + abs(y - py) < reach:
+                obj.update()
+                px, py = player.pos.tolist()
         if self._step % 10 == 0:
-            for chunk, objs in self._world.chunks.items():
-                self._balance_chunk(chunk, objs)
+            self._balance()
         self._obs()
         reward = (player.health - self._last_health) / 10
         self._last_health = player.health
@@ -86,6 +85,75 @@ class GameEnv(crafter.Env):
         dead = player.health <= 0
         over = self._length and self._step >= self._length
         return None, (reward if self._reward else 0.0), bool(dead or over), {}
+
+    def _balance(self) -> None:
+        """`_balance_chunk` over every chunk, as stock `Env.step` runs it, with the same random draws in
+        the same order. Crafter masks the chunk's tiles of a material three times per chunk to count
+        them (~0.4 ms a round); the round's counts come from one pass here, since spawning and
+        despawning creatures never changes a tile."""
+        world, player = self._world, self._player
+        light = world.daylight
+        grass, path = _chunk_tiles(world, "grass"), _chunk_tiles(world, "path")
+        for chunk, objs in world.chunks.items():
+            ordered = _by_position(objs)
+            tiles = grass(chunk)
+            self._balance_kind(
+                chunk,
+                ordered,
+                crafter.objects.Zombie,
+                "grass",
+                (0 if tiles < 50 else 3.5 - 3 * light, 3.5 - 3 * light),
+                (6, 0, 0.3, 0.4),
+                lambda pos: crafter.objects.Zombie(world, pos, player),
+            )
+            tiles = path(chunk)
+            self._balance_kind(
+                chunk,
+                ordered,
+                crafter.objects.Skeleton,
+                "path",
+                (0 if tiles < 6 else 1, 2),
+                (7, 7, 0.1, 0.1),
+                lambda pos: crafter.objects.Skeleton(world, pos, player),
+            )
+            tiles = grass(chunk)
+            self._balance_kind(
+                chunk,
+                ordered,
+                crafter.objects.Cow,
+                "grass",
+                (0 if tiles < 30 else 1, 1.5 + light),
+                (5, 5, 0.01, 0.1),
+                lambda pos: crafter.objects.Cow(world, pos),
+            )
+
+    def _balance_kind(
+        self,
+        chunk: tuple[int, int, int, int],
+        objs: list[Any],
+        kind: type,
+        material: str,
+        target: tuple[float, float],
+        rates: tuple[int, int, float, float],
+        ctor: Callable[[np.ndarray], Any],
+    ) -> None:
+        """Crafter's `_balance_object` for one kind of creature in one chunk, given its target range."""
+        span_dist, despan_dist, spawn_prob, despawn_prob = rates
+        random = self._world.random
+        creatures = [obj for obj in objs if isinstance(obj, kind)]
+        if len(creatures) < int(target[0]) and random.uniform() < spawn_prob:
+            xmin, xmax, ymin, ymax = chunk
+            mask = self._world.mask(*chunk, material)
+            xs = np.tile(np.arange(xmin, xmax)[:, None], [1, ymax - ymin])[mask]
+            ys = np.tile(np.arange(ymin, ymax)[None, :], [xmax - xmin, 1])[mask]
+            i = random.randint(0, len(xs))
+            pos = np.array((xs[i], ys[i]))
+            if self._world[pos][1] is None and self._player.distance(pos) >= span_dist:
+                self._world.add(ctor(pos))
+        elif len(creatures) > int(target[1]) and random.uniform() < despawn_prob:
+            obj = creatures[random.randint(0, len(creatures))]
+            if self._player.distance(obj.pos) >= despan_dist:
+                self._world.remove(obj)
 
     def frame(self, size: int = 64) -> np.ndarray:
         """The RGB frame stock crafter would show, without advancing the world's RNG."""
@@ -112,6 +180,21 @@ class GameEnv(crafter.Env):
     @property
     def length(self) -> int:
         return int(self._length or 0)
+
+
+def _by_position(objs: Any) -> list[Any]:
+    return sorted(objs, key=lambda obj: obj.pos.tolist())
+
+
+def _chunk_tiles(world: engine.World, material: str) -> Callable[[tuple[int, int, int, int]], int]:
+    """How many tiles of `material` each chunk holds, for every chunk at once: crafter's chunks tile
+    the map from (0, 0) in steps of the chunk size (the last ones cut at the map's edge)."""
+    size_x, size_y = world._chunk_size
+    area_x, area_y = world._mat_map.shape
+    tiles = world._mat_map == world._mat_ids[material]
+    counts = np.add.reduceat(np.add.reduceat(tiles, range(0, area_x, size_x), axis=0), range(0, area_y, size_y), axis=1)
+    table = counts.tolist()
+    return lambda chunk: int(table[chunk[0] // size_x][chunk[2] // size_y])
 
 
 class _Pickler(pickle.Pickler):
