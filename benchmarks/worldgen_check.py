@@ -5,13 +5,15 @@
 
 For every seed and area, one env is reset by crafter (`crafter.Env.reset`, crafter's `worldgen`) and
 steps with crafter's own `Env.step` (`CrafterEnv`), one is a `GameEnv` reset by
-`task_app.game.worldgen.reset` that steps with `GameEnv.step`; their complete states must be equal: the
-material and object maps, every object with every attribute (and its references to the world, the
-world's RNG and the player), the chunk index in its insertion order, the world RNG's full
+`task_app.game.worldgen.reset` that steps with `GameEnv.step`, and one is that world rebuilt from what
+its generation kept (`worldgen.rebuild`: what a cached seed gets); their complete states must be
+equal: the material and object maps, every object with every attribute (and its references to the
+world, the world's RNG and the player), the chunk index in its insertion order, the world RNG's full
 MT19937 state, the env's counters. Every `--step-every`-th seed is then stepped `--steps` steps with
-the same random actions (vitals refilled each step so the walk lasts) and compared every 100 steps
-and at the end. Run it with NUMBA_DISABLE_JIT=1 to check the pure-Python path. Exit status 1 on any
-difference; `--json` prints the report as one JSON line (the tests read it).
+the same random actions (vitals refilled each step so the walk lasts; the generated env on even
+seeds, the rebuilt one on odd ones) and compared every 100 steps and at the end. Run it with
+NUMBA_DISABLE_JIT=1 to check the pure-Python path. Exit status 1 on any difference; `--json` prints
+the report as one JSON line (the tests read it).
 """
 
 from __future__ import annotations
@@ -108,11 +110,20 @@ def check(seeds: list[int], areas: list[tuple[int, int]], steps: int, step_every
         theirs.__class__ = CrafterEnv
         theirs._seed = seed
         theirs.reset()
-        ours = factory.generate(seed, area, 10_000)
-        difference = _first_difference(fingerprint(ours), fingerprint(theirs))
+        ours, generated = factory._generate(seed, area, 10_000)
+        rebuilt = factory._rebuild((seed, area, 10_000), generated)  # what a cached seed gets
+        expected = fingerprint(theirs)
+        difference = next(
+            (
+                f"{label}: {found}"
+                for label, env in (("generated", ours), ("rebuilt", rebuilt))
+                if (found := _first_difference(fingerprint(env), expected))
+            ),
+            "",
+        )
         compared += 1
         if not difference and steps and index % step_every == 0:
-            difference = _walk(ours, theirs, steps, seed)
+            difference = _walk(rebuilt if index % 2 else ours, theirs, steps, seed)
             stepped += 1
         if difference:
             mismatches.append({"seed": seed, "area": list(area), "difference": difference})

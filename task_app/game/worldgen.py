@@ -22,9 +22,11 @@ crafter's order. Under NUMBA_DISABLE_JIT the same code runs as plain Python. The
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import functools
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -228,8 +230,20 @@ def _next_double() -> Any:
     return ctypes.cast(np.random.MT19937(0).ctypes.next_double, ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_uint64))
 
 
-def generate_world(world: Any, player: Any) -> None:
-    """`crafter.worldgen.generate_world(world, player)`: the same world and the same RNG state after it."""
+@dataclass(frozen=True, slots=True)
+class GeneratedWorld:
+    """What generating a world computed, enough to build the same world again without the noise: the
+    material map, the creatures in crafter's order, and the world's RNG state when the reset ended.
+    ~8 KB for a 64x64 world (a pickled env is ~35 KB) and free to keep: the kernels made it."""
+
+    materials: np.ndarray  # read-only
+    creatures: np.ndarray  # rows (kind, x, y), read-only
+    random_state: tuple[Any, ...]  # `RandomState.get_state()`
+
+
+def generate_world(world: Any, player: Any) -> tuple[np.ndarray, np.ndarray]:
+    """`crafter.worldgen.generate_world(world, player)`: the same world and the same RNG state after it.
+    Returns the materials and the creatures it placed."""
     random = world.random
     perm, grad = _permutation(random.randint(0, 2**31 - 1))
     width, height = world.area
@@ -239,27 +253,67 @@ def generate_world(world: Any, player: Any) -> None:
     next_double, state = _next_double(), random._bit_generator.ctypes.state_address
     materials, tunnels = _terrain(perm, grad, exponentials, next_double, state)
     creatures = _creatures(materials, tunnels, px, py, next_double, state)
+    materials.flags.writeable = creatures.flags.writeable = False
+    _place(world, player, materials, creatures)
+    return materials, creatures
+
+
+def _place(world: Any, player: Any, materials: np.ndarray, creatures: np.ndarray) -> None:
+    """The materials and crafter's creatures, added as `World.add` adds them: in order, each at the next
+    index of the object list, in its chunk's set (the chunk table gains a key the first time)."""
     world._mat_map[...] = materials
+    objects_, chunks, obj_map = world._objects, world._chunks, world._obj_map
+    (size_x, size_y), (area_x, area_y) = world._chunk_size, world.area
     for kind, x, y in creatures.tolist():
         if kind == _COW:
-            world.add(objects.Cow(world, (x, y)))
+            obj = objects.Cow(world, (x, y))
         elif kind == _ZOMBIE:
-            world.add(objects.Zombie(world, (x, y), player))
+            obj = objects.Zombie(world, (x, y), player)
         else:
-            world.add(objects.Skeleton(world, (x, y), player))
+            obj = objects.Skeleton(world, (x, y), player)
+        obj_map[x, y] = len(objects_)
+        objects_.append(obj)
+        x_min, y_min = x // size_x * size_x, y // size_y * size_y
+        chunks[(x_min, min(x_min + size_x, area_x), y_min, min(y_min + size_y, area_y))].add(obj)
 
 
-def reset(env: Any) -> Any:
-    """`crafter.Env.reset()` with the compiled generator: the same episode counter, world and player."""
+def _start_episode(env: Any, *, seeded: bool = True) -> Any:
+    """`crafter.Env.reset()` up to the world generation: the episode counter, a world seeded for it,
+    the player at the centre. Returns the world. `seeded=False` empties the world as `World.reset`
+    does but keeps its generator unseeded (seeding one costs ~0.1 ms; `rebuild` sets its state)."""
     world = env._world
     center = (world.area[0] // 2, world.area[1] // 2)
     env._episode += 1
     env._step = 0
-    world.reset(seed=hash((env._seed, env._episode)) % (2**31 - 1))
+    if seeded:
+        world.reset(seed=hash((env._seed, env._episode)) % (2**31 - 1))
+    else:
+        world.daylight = 0.0
+        world._chunks = collections.defaultdict(set)
+        world._objects = [None]
+        world._mat_map = np.zeros(world.area, np.uint8)
+        world._obj_map = np.zeros(world.area, np.uint32)
     env._update_time()
     env._player = objects.Player(world, center)
     env._last_health = env._player.health
     world.add(env._player)
     env._unlocked = set()
-    generate_world(world, env._player)
-    return env._obs()
+    return world
+
+
+def reset(env: Any) -> GeneratedWorld:
+    """`crafter.Env.reset()` with the compiled generator: the same episode counter, world and player.
+    Returns what `rebuild` needs to make the same world again."""
+    world = _start_episode(env)
+    materials, creatures = generate_world(world, env._player)
+    env._obs()
+    return GeneratedWorld(materials, creatures, world.random.get_state())
+
+
+def rebuild(env: Any, generated: GeneratedWorld) -> None:
+    """The world `reset` generated, on a blank env of the same seed, area and length, without the noise:
+    the same state as `reset` leaves (the suite compares them)."""
+    world = _start_episode(env, seeded=False)
+    _place(world, env._player, generated.materials, generated.creatures)
+    env._obs()
+    world.random.set_state(generated.random_state)

@@ -2,18 +2,19 @@
 
 A world is a `GameEnv` after `reset()`: identical to stock `crafter.Env(area=, length=, seed=)` after
 `reset()`. `worldgen` generates it with compiled whole-grid code (a few milliseconds, the GIL released
-for most of it); each generated world is also kept as a pickled snapshot (immutable bytes; 32-37 KB
-for a 64x64 world, measured over seeds 0-19) keyed by (seed, area, length), and a repeated seed
-unpickles its snapshot in a fraction of a millisecond (benchmarks/world.py). Every restore is a new
-object graph, so two rollouts on one seed never share mutable state.
+for most of it) and hands back what it computed: the material map, the creatures and the RNG state
+(`worldgen.GeneratedWorld`, ~8 KB for 64x64). The cache keeps that, keyed by (seed, area, length), and
+a repeated seed is rebuilt from it (the creatures placed again on a blank env, ~0.5 ms, no noise):
+keeping costs nothing, where a pickled snapshot of the env cost ~0.4-0.7 ms of every new world
+(benchmarks/world.py, B8). Every world is a new object graph, so two rollouts on one seed never share
+mutable state.
 
-The textures (read-only PNG data, ~25 ms to load per `crafter.Env()`) are shared by all worlds
-through pickle's persistent ids instead of being loaded or copied per world.
+The textures (read-only PNG data, ~25 ms to load per `crafter.Env()`) are shared by all worlds: left
+out of the blank env's pickle and put back on every copy, never loaded or copied per world.
 """
 
 from __future__ import annotations
 
-import io
 import pickle
 import threading
 from collections.abc import Callable
@@ -25,8 +26,6 @@ from crafter import engine
 
 from ..core.lru import LruMap
 from . import worldgen
-
-_TEXTURES_ID = "crafter-textures"
 
 
 class GameEnv(crafter.Env):
@@ -182,6 +181,11 @@ class GameEnv(crafter.Env):
         return int(self._length or 0)
 
 
+def _texture_holders(env: GameEnv) -> tuple[Any, ...]:
+    """What refers to crafter's textures (read-only images, ~25 ms to load): the env and two views."""
+    return (env, env._local_view, env._item_view)
+
+
 def _by_position(objs: Any) -> list[Any]:
     return sorted(objs, key=lambda obj: obj.pos.tolist())
 
@@ -197,34 +201,15 @@ def _chunk_tiles(world: engine.World, material: str) -> Callable[[tuple[int, int
     return lambda chunk: int(table[chunk[0] // size_x][chunk[2] // size_y])
 
 
-class _Pickler(pickle.Pickler):
-    def __init__(self, file: io.BytesIO, textures: engine.Textures) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._textures = textures
-
-    def persistent_id(self, obj: object) -> str | None:
-        return _TEXTURES_ID if obj is self._textures else None
-
-
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO, textures: engine.Textures) -> None:
-        super().__init__(file)
-        self._textures = textures
-
-    def persistent_load(self, pid: object) -> engine.Textures:
-        if pid != _TEXTURES_ID:
-            raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
-        return self._textures
-
-
 WorldKey = tuple[int, tuple[int, int], int]
 
 
 class WorldFactory:
-    """Builds worlds, restoring cached snapshots of seeds generated before. Thread-safe."""
+    """Builds worlds, rebuilding the seeds generated before from what their generation computed.
+    Thread-safe."""
 
     def __init__(self, cache_size: int = 512) -> None:
-        self._snapshots: LruMap[WorldKey, bytes] = LruMap(cache_size)
+        self._generated: LruMap[WorldKey, worldgen.GeneratedWorld] = LruMap(cache_size)
         self._blanks: dict[tuple[tuple[int, int], int], bytes] = {}
         self._lock = threading.Lock()
         self._generating: dict[WorldKey, threading.Lock] = {}  # one generation per new world at a time
@@ -232,26 +217,22 @@ class WorldFactory:
         self.hits = 0
         self.misses = 0
 
-    def _dumps(self, env: GameEnv) -> bytes:
-        buffer = io.BytesIO()
-        _Pickler(buffer, self._textures).dump(env)
-        return buffer.getvalue()
-
-    def _loads(self, data: bytes) -> GameEnv:
-        env: GameEnv = _Unpickler(io.BytesIO(data), self._textures).load()
-        return env
-
     def _blank(self, area: tuple[int, int], length: int) -> GameEnv:
-        """A constructed, not yet reset env (textures shared) for (area, length)."""
+        """A constructed, not yet reset env for (area, length): a pickle of one built once (crafter's
+        constructor loads the textures, ~25 ms), without the textures, which its three holders share
+        with every world; detached for the dump, so pickle runs in C without a persistent-id call per
+        object. Only this factory's own bytes are ever unpickled."""
         with self._lock:
             blank = self._blanks.get((area, length))
             if blank is None:
-                env = GameEnv(area=area, length=length, seed=0)
-                env._textures = self._textures
-                env._local_view._textures = self._textures
-                env._item_view._textures = self._textures
-                blank = self._blanks[(area, length)] = self._dumps(env)
-        return self._loads(blank)
+                built = GameEnv(area=area, length=length, seed=0)
+                for holder in _texture_holders(built):
+                    holder._textures = None
+                blank = self._blanks[(area, length)] = pickle.dumps(built, protocol=pickle.HIGHEST_PROTOCOL)
+        env: GameEnv = pickle.loads(blank)
+        for holder in _texture_holders(env):
+            holder._textures = self._textures
+        return env
 
     def blank(self, area: tuple[int, int], length: int) -> GameEnv:
         """A constructed, never reset env (textures shared): what a checkpoint is loaded into."""
@@ -259,41 +240,50 @@ class WorldFactory:
 
     def generate(self, seed: int, area: tuple[int, int], length: int) -> GameEnv:
         """A freshly generated world, bypassing the cache."""
+        return self._generate(seed, area, length)[0]
+
+    def _generate(self, seed: int, area: tuple[int, int], length: int) -> tuple[GameEnv, worldgen.GeneratedWorld]:
         env = self._blank(area, length)
         env._seed = seed
-        worldgen.reset(env)
+        return env, worldgen.reset(env)
+
+    def _rebuild(self, key: WorldKey, generated: worldgen.GeneratedWorld) -> GameEnv:
+        seed, area, length = key
+        env = self._blank(area, length)
+        env._seed = seed
+        worldgen.rebuild(env, generated)
         return env
 
     def world(self, seed: int, area: tuple[int, int] = (64, 64), length: int = 10_000) -> GameEnv:
-        """The world for `seed` right after reset: from the cache, or generated and cached. Concurrent
-        requests for one new world (a GRPO group) wait for one generation and restore it after."""
+        """The world for `seed` right after reset: rebuilt from the cache, or generated and cached.
+        Concurrent requests for one new world (a GRPO group) wait for one generation and rebuild it
+        after. Every call returns a new object graph: two rollouts on one seed share nothing mutable."""
         key: WorldKey = (seed, (area[0], area[1]), length)
-        snapshot = self._cached(key)
-        if snapshot is not None:
-            return self._loads(snapshot)
+        generated = self._cached(key)
+        if generated is not None:
+            return self._rebuild(key, generated)
         with self._lock:
             gate = self._generating.setdefault(key, threading.Lock())
         with gate:
-            snapshot = self._cached(key)
-            if snapshot is not None:
-                return self._loads(snapshot)
-            env = self.generate(seed, area, length)
-            if self._snapshots.max_items:
-                data = self._dumps(env)
+            generated = self._cached(key)
+            if generated is not None:
+                return self._rebuild(key, generated)
+            env, generated = self._generate(seed, area, length)
+            if self._generated.max_items:
                 with self._lock:
                     self.misses += 1
-                    self._snapshots.put(key, data)
+                    self._generated.put(key, generated)
         with self._lock:
             if self._generating.get(key) is gate:
                 del self._generating[key]
         return env
 
-    def _cached(self, key: WorldKey) -> bytes | None:
+    def _cached(self, key: WorldKey) -> worldgen.GeneratedWorld | None:
         with self._lock:
-            snapshot = self._snapshots.get(key)
-            if snapshot is not None:
+            generated = self._generated.get(key)
+            if generated is not None:
                 self.hits += 1
-        return snapshot
+        return generated
 
     def __len__(self) -> int:
-        return len(self._snapshots)
+        return len(self._generated)
