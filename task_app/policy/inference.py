@@ -35,6 +35,7 @@ import anyio
 from pydantic import SecretStr
 from yarl import URL
 
+from ..core.clock import loop_time
 from ..core.errors import NotConfigured
 from ..core.json_codec import dumps_bytes, loads
 from ..core.outbound import AnswerTooLarge, Outbound, SendFailure, parse_url, post
@@ -317,7 +318,7 @@ class InferenceClient:
 
         `deadline` is absolute, in `anyio.current_time()` units; None means only the attempt limit.
         """
-        started_at, start = datetime.now(UTC), anyio.current_time()
+        started_at, start = datetime.now(UTC), loop_time()
         limits = self.limits
         # Encoded once for every attempt, by orjson, as strict JSON (no NaN).
         content = dumps_bytes(body, allow_nan=False)
@@ -354,7 +355,7 @@ class InferenceClient:
                 )
                 await anyio.sleep(wait)
                 continue
-            finished = anyio.current_time()
+            finished = loop_time()
             logger.debug(
                 "inference %s model=%s status=%d attempts=%d latency_ms=%.0f",
                 target.host,
@@ -370,7 +371,7 @@ class InferenceClient:
 
     @staticmethod
     def _remaining(deadline: float | None) -> float | None:
-        return None if deadline is None else deadline - anyio.current_time()
+        return None if deadline is None else deadline - loop_time()
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         """Exponential backoff with jitter (50-100 %); a Retry-After is honoured up to backoff_max_s."""
