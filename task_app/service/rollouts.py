@@ -22,11 +22,12 @@ from ..core.settings import Settings
 from ..game import WorldFactory
 from ..policy.base import Policy
 from ..rollout.control import RunStatus
-from ..rollout.engine import RolloutEngine
+from ..rollout.engine import SHORT_ROLLOUT, RolloutEngine
 from ..rollout.plan import RolloutPlan, build_plan
 from ..rollout.registry import RunEntry, RunRegistry
 from ..rollout.result import DecisionRecord, RolloutResult, StopReason
 from ..tracing.recording import RolloutRows, TraceRecorder
+from ..tracing.trace import COMPACT
 from .metrics import Metrics
 from .run_log import log_rollout
 
@@ -140,4 +141,6 @@ class RolloutService:
     async def _finalise(self, result: RolloutResult, rows: RolloutRows | None) -> bytes:
         """Persist the trace (committed before we answer) and build the response bytes."""
         trace = await self.recorder.finalise(result, rows)
+        if len(result.records) <= SHORT_ROLLOUT and (trace is None or result.plan.trace_format == COMPACT):
+            return encode(result.response(trace))
         return await self.offload(lambda: encode(result.response(trace)))
