@@ -38,6 +38,7 @@ from .responses import JSONBytes
 from .routes import envs, health, info, openenv, proxy, rollout, runs, submit, view
 from .routes import metrics as metrics_route
 from .state import AppState
+from .task_count import TaskCount, counted_tasks
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +78,13 @@ def _collector_tuned() -> Iterator[None]:
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
+    with counted_tasks() as tasks:
+        async with _serving(app, settings, tasks):
+            yield
+
+
+@asynccontextmanager
+async def _serving(app: FastAPI, settings: Settings, tasks: TaskCount) -> AsyncIterator[None]:
     rubrics = load_rubrics(settings.rubrics_dir)
     limiter = anyio.CapacityLimiter(settings.worker_threads)
     offload = limited_offload(limiter)
@@ -120,6 +128,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                 offload=offload,
                 sessions=sessions,
                 loop_lag=loop_lag,
+                tasks=tasks,
             )
             logger.info("task app ready: %s", settings.service_id)
             async with anyio.create_task_group() as watch:

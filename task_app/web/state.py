@@ -17,6 +17,7 @@ from ..service.taskset import Taskset, TraitsCache
 from ..sessions.runtime import SessionServices
 from ..tracing.recording import TraceRecorder
 from .loop_lag import LoopLagProbe
+from .task_count import TaskCount
 
 
 @dataclass(slots=True)
@@ -34,4 +35,5 @@ class AppState:
     metrics: Metrics
     offload: Offload
     sessions: SessionServices  # env sessions, their state store, OpenEnv tokens and WebSocket cap
+    tasks: TaskCount  # the loop's live asyncio tasks (/health)
     loop_lag: LoopLagProbe | None = None  # set when TASKAPP_LOOP_LAG_PROBE_S > 0

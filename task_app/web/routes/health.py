@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import threading
 from typing import Any
@@ -39,7 +38,7 @@ def health_body(state: AppState) -> tuple[int, dict[str, Any]]:
         # Counts only (no names, no stacks): what a soak test watches for leaks. The tasks include
         # this request's own and the server's (lifespan, trace writer, one per request in flight).
         # The pid says which of `task-app serve --processes N` answered (each has its own counters).
-        "runtime": {"pid": os.getpid(), "tasks": len(asyncio.all_tasks()), "threads": threading.active_count()},
+        "runtime": {"pid": os.getpid(), "tasks": state.tasks.live, "threads": threading.active_count()},
     }
     if state.loop_lag is not None:
         body["event_loop"] = state.loop_lag.snapshot()

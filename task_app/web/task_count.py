@@ -1,0 +1,49 @@
+"""How many asyncio tasks are alive, for `/health`: kept up to date by a task factory instead of counted
+by walking every task on each call. `asyncio.all_tasks()` costs ~0.4 ms with two thousand tasks in
+flight, and `/health` is polled (benchmarks/ B8: ~2.5 % of the loop's time at a thousand rollouts,
+with the poller at 20 Hz)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+class TaskCount:
+    """The tasks of one loop not done yet: those alive when it was installed, and every one since."""
+
+    def __init__(self) -> None:
+        self.live = 0
+        self._previous: Any = None  # the loop's factory before (asyncio's type for it is private)
+
+    def _factory(self, loop: asyncio.AbstractEventLoop, coro: Any, /, **kwargs: Any) -> asyncio.Future[Any]:
+        previous = self._previous
+        task: asyncio.Future[Any] = (
+            previous(loop, coro, **kwargs) if previous is not None else asyncio.Task(coro, loop=loop, **kwargs)
+        )
+        self._track(task)
+        return task
+
+    def _track(self, task: asyncio.Future[Any]) -> None:
+        self.live += 1
+        task.add_done_callback(self._done)
+
+    def _done(self, _task: asyncio.Future[Any]) -> None:
+        self.live -= 1
+
+
+@contextmanager
+def counted_tasks() -> Iterator[TaskCount]:
+    """Count the running loop's tasks while the block runs (its previous task factory kept underneath)."""
+    loop = asyncio.get_running_loop()
+    count = TaskCount()
+    count._previous = loop.get_task_factory()
+    for task in asyncio.all_tasks(loop):
+        count._track(task)
+    loop.set_task_factory(count._factory)
+    try:
+        yield count
+    finally:
+        loop.set_task_factory(count._previous)
