@@ -65,7 +65,7 @@ class GameEnv(crafter.Env):
         self._update_time()
         player = self._player
         player.action = crafter.constants.actions[action]
-        reach = 2 * int(self._view.max())
+        reach = 2 * max(self._view.tolist())
         px, py = player.pos.tolist()
         for obj in self._world.objects:
             x, y = obj.pos.tolist()
