@@ -172,7 +172,9 @@ def create_app(settings: Settings, handover: Handover | None = None) -> FastAPI:
     app.include_router(view.router, responses=errors(*PROTECTED, 404, 409, 422, non_json=True))
     app.include_router(metrics_route.router, responses=errors(*PROTECTED, non_json=True))
     install_error_handlers(app)
-    app.add_middleware(GZipMiddleware, minimum_size=1024)
+    # zlib's default level, not Starlette's 9: a 20-decision response 0.36 -> 0.23 ms of the loop's CPU
+    # for 3.3 -> 3.4 KB, a 50-decision one with its structured trace 18 -> 16 ms for 107 -> 112 KB.
+    app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=6)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"], allow_headers=["*"]
