@@ -280,6 +280,33 @@ async def test_rollouts_that_end_together_share_one_commit(tmp_path: Path, resul
         assert counts(path, item.plan.run_id) == expected_counts(result)
 
 
+async def test_the_rollouts_of_one_commit_resume_one_loop_iteration_apart(
+    tmp_path: Path, result: RolloutResult
+) -> None:
+    """A group commit hands its rollouts back one per iteration, so their ends never pile up in one."""
+    results = [with_run_id(result, f"turns-{index}") for index in range(6)]
+    iterations = 0
+
+    async def count_iterations() -> None:
+        nonlocal iterations
+        while True:
+            await asyncio.sleep(0)
+            iterations += 1
+
+    async with TraceStore(tmp_path / "t.db") as store:
+        resumed: list[int] = []
+
+        async def write(item: RolloutResult) -> None:
+            await store.write(item.plan.run_id, built_rows(item))
+            resumed.append(iterations)
+
+        counter = asyncio.create_task(count_iterations())
+        await asyncio.gather(*(write(item) for item in results))
+        counter.cancel()
+        assert store.health()["transactions"] == 1
+    assert len(set(resumed)) == len(results)  # no two in the same iteration
+
+
 async def test_a_group_stops_at_its_row_bound(
     tmp_path: Path, result: RolloutResult, monkeypatch: pytest.MonkeyPatch
 ) -> None:

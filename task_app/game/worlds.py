@@ -4,7 +4,7 @@ A world is a `GameEnv` after `reset()`: identical to stock `crafter.Env(area=, l
 `reset()`. `worldgen` generates it with compiled whole-grid code (a few milliseconds, the GIL released
 for most of it) and hands back what it computed: the material map, the creatures and the RNG state
 (`worldgen.GeneratedWorld`, ~8 KB for 64x64). The cache keeps that, keyed by (seed, area, length), and
-a repeated seed is rebuilt from it (the creatures placed again on a blank env, ~0.5 ms, no noise):
+a repeated seed is rebuilt from it (the creatures placed again on a blank env, ~0.36 ms, no noise):
 keeping costs nothing, where a pickled snapshot of the env cost ~0.4-0.7 ms of every new world
 (benchmarks/world.py, B8). Every world is a new object graph, so two rollouts on one seed never share
 mutable state.

@@ -13,7 +13,7 @@ to a worker thread and back cost another ~0.2 ms of CPU (two thread wake-ups, th
 and forth; benchmarks/ B1 1.17 -> 0.98 ms of server CPU a decision, B3 -13 to -17 % of the server's
 cores, loop lag p99 5 -> 10 ms). What can take milliseconds goes through `offload`: building or
 generating the world (the compiled generator releases the GIL), a step that renders a frame for a
-vision policy, and the rubric scores.
+vision policy, and the rubric scores and response encoding of a long rollout (SHORT_ROLLOUT).
 """
 
 from __future__ import annotations
