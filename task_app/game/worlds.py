@@ -93,38 +93,39 @@ class GameEnv(crafter.Env):
         world, player = self._world, self._player
         light = world.daylight
         grass, path = _chunk_tiles(world, "grass"), _chunk_tiles(world, "path")
+        objects = crafter.objects
+        # Crafter's three calls of `_balance_object`: the kind, its material and how many tiles of it a
+        # chunk has, the target range for that many, the spawn/despawn distances and probabilities.
+        kinds: tuple[tuple[type, str, Callable[[Any], int], Callable[[int], tuple[float, float]], Any, Any], ...] = (
+            (
+                objects.Zombie,
+                "grass",
+                grass,
+                lambda tiles: (0 if tiles < 50 else 3.5 - 3 * light, 3.5 - 3 * light),
+                (6, 0, 0.3, 0.4),
+                lambda pos: objects.Zombie(world, pos, player),
+            ),
+            (
+                objects.Skeleton,
+                "path",
+                path,
+                lambda tiles: (0 if tiles < 6 else 1, 2),
+                (7, 7, 0.1, 0.1),
+                lambda pos: objects.Skeleton(world, pos, player),
+            ),
+            (
+                objects.Cow,
+                "grass",
+                grass,
+                lambda tiles: (0 if tiles < 30 else 1, 1.5 + light),
+                (5, 5, 0.01, 0.1),
+                lambda pos: objects.Cow(world, pos),
+            ),
+        )
         for chunk, objs in world.chunks.items():
             ordered = _by_position(objs)
-            tiles = grass(chunk)
-            self._balance_kind(
-                chunk,
-                ordered,
-                crafter.objects.Zombie,
-                "grass",
-                (0 if tiles < 50 else 3.5 - 3 * light, 3.5 - 3 * light),
-                (6, 0, 0.3, 0.4),
-                lambda pos: crafter.objects.Zombie(world, pos, player),
-            )
-            tiles = path(chunk)
-            self._balance_kind(
-                chunk,
-                ordered,
-                crafter.objects.Skeleton,
-                "path",
-                (0 if tiles < 6 else 1, 2),
-                (7, 7, 0.1, 0.1),
-                lambda pos: crafter.objects.Skeleton(world, pos, player),
-            )
-            tiles = grass(chunk)
-            self._balance_kind(
-                chunk,
-                ordered,
-                crafter.objects.Cow,
-                "grass",
-                (0 if tiles < 30 else 1, 1.5 + light),
-                (5, 5, 0.01, 0.1),
-                lambda pos: crafter.objects.Cow(world, pos),
-            )
+            for kind, material, tiles, target, rates, ctor in kinds:
+                self._balance_kind(chunk, ordered, kind, material, target(tiles(chunk)), rates, ctor)
 
     def _balance_kind(
         self,
