@@ -253,7 +253,7 @@ def test_twice_the_cap_at_once_the_excess_is_refused_before_any_work(
         wait_until(lambda: sum(future.done() for future in futures) == CAP)
         wait_until(lambda: len(fake_model.requests) == CAP)  # every admitted rollout waits for its first answer
         refused = [future.result() for future in futures if future.done()]
-        assert server.health()["rollouts"] == {"active": CAP, "limit": CAP, "queued": 0}
+        assert server.health()["rollouts"] == {"active": CAP, "limit": CAP, "queued": 0, "paced": 0}
         worlds = server.health()["world_cache"]
         assert (worlds["hits"], worlds["misses"]) == (worlds_before["hits"] + CAP, worlds_before["misses"])
     finally:

@@ -400,7 +400,7 @@ def test_the_concurrency_cap_answers_429_without_waiting_for_a_slot(
         for response in refused:
             error_body(response, 429, "capacity_exceeded")
             assert int(response.headers["Retry-After"]) >= 1
-        assert server.health()["rollouts"] == {"active": 2, "limit": 2, "queued": 0}
+        assert server.health()["rollouts"] == {"active": 2, "limit": 2, "queued": 0, "paced": 0}
     finally:
         gate.set()
     responses = [future.result(timeout=WAIT_S) for future in futures]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from time import perf_counter
 from typing import Any
@@ -65,6 +65,7 @@ class RolloutEngine:
         *,
         control: RunControl | None = None,
         offload: Offload = run_in_thread,
+        pace: Callable[[], Awaitable[None]] | None = None,
         history_length: int = 5,
         unusable_limit: int = 3,
         deadline: float | None = None,
@@ -78,6 +79,7 @@ class RolloutEngine:
         self.worlds = worlds
         self.control = control or RunControl()
         self.offload = offload
+        self.pace = pace  # awaited before each decision's step: a wave's decisions spread over loop iterations
         self.history: deque[HistoryEntry] = deque(maxlen=history_length)
         self.unusable_limit = unusable_limit
         self.shaper = StepRewardShaper(plan.step_rewards) if plan.step_rewards.active else None
@@ -185,6 +187,8 @@ class RolloutEngine:
     async def _env(self) -> None:
         if self._needs_reset:
             await self._new_episode()
+        if self.pace is not None:
+            await self.pace()
         game, decision = self._game, self._pending
         if game is None:  # pragma: no cover - _new_episode always ran first
             raise RuntimeError("env op before the world exists")

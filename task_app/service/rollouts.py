@@ -17,6 +17,7 @@ import orjson
 from ..core.contracts import RolloutRequest
 from ..core.errors import TaskAppError
 from ..core.offload import Offload
+from ..core.pacing import LoopPacer
 from ..core.rubrics import Rubric
 from ..core.settings import Settings
 from ..game import WorldFactory
@@ -32,6 +33,9 @@ from .metrics import Metrics
 from .run_log import log_rollout
 
 logger = logging.getLogger(__name__)
+
+# Loop time one iteration gives the rollouts' decisions when they come in a wave (core.pacing).
+DECISIONS_BUDGET_S = 0.002
 
 PolicyFactory = Callable[[RolloutPlan, float], Policy]
 
@@ -68,6 +72,7 @@ class RolloutService:
         self.policy_factory = policy_factory
         self.recorder = recorder
         self.offload = offload
+        self.pacer = LoopPacer(DECISIONS_BUDGET_S)
         self.metrics = metrics
 
     def plan(self, request: RolloutRequest) -> RolloutPlan:
@@ -97,6 +102,7 @@ class RolloutService:
                 self.worlds,
                 control=entry.control,
                 offload=self.offload,
+                pace=self.pacer.turn,
                 history_length=self.settings.history_length,
                 unusable_limit=self.settings.unusable_answers_limit,
                 deadline=deadline,

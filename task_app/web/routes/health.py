@@ -32,6 +32,7 @@ def health_body(state: AppState) -> tuple[int, dict[str, Any]]:
             "active": state.registry.active,
             "limit": state.registry.max_active,
             "queued": state.registry.queued,
+            "paced": state.service.pacer.waiting,  # decisions waiting for a loop iteration (core.pacing)
         },
         "world_cache": {"size": len(state.worlds), "hits": state.worlds.hits, "misses": state.worlds.misses},
         "sessions": {**state.sessions.envs.stats(), "websockets": state.sessions.websockets.active},
