@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import json
+import weakref
 from time import perf_counter
 from typing import Any
 
@@ -391,3 +393,24 @@ def test_vision_rollout_passes_images_to_the_policy(worlds: WorldFactory) -> Non
     plan = make_plan(ops=["agent", "env"] * 2, policy={"config": {"use_vision": True, "image_size": 32}})
     response_of(run_rollout(plan, Looking([["noop"]]), worlds))
     assert all(obs.image_png and obs.data["observation_image_width"] == 32 for obs in seen)
+
+
+def test_a_finished_rollout_frees_its_worlds_without_the_cycle_collector(worlds: WorldFactory) -> None:
+    """crafter's objects and world refer to each other; the engine breaks that when it is done with a
+    game, so the memory returns at once, not at the next full collection."""
+    made: list[weakref.ref[Any]] = []
+
+    class Recording:
+        def world(self, *args: Any) -> GameEnv:
+            env = worlds.world(*args)
+            made.append(weakref.ref(env.world))
+            return env
+
+    plan = make_plan(ops=["agent", "env"] * 14, env={"seed": 1, "config": SHORT_EPISODES})
+    gc.disable()
+    try:
+        result = run_rollout(plan, SeekerPolicy("tree"), Recording())
+        assert len(made) == len(result.episodes) >= 2  # a world replaced by the next episode's, and the last
+        assert [ref() for ref in made] == [None] * len(made)
+    finally:
+        gc.enable()

@@ -65,6 +65,10 @@ class Game:
     def done(self) -> bool:
         return self.terminated or self.truncated
 
+    def close(self) -> None:
+        """Done with this episode: its world's memory returns now (`GameEnv.release`)."""
+        self.env.release()
+
     def achievements(self) -> list[str]:
         """Achievements unlocked so far this episode."""
         return [name for name in ACHIEVEMENTS if self.env.player.achievements.get(name, 0) > 0]

@@ -181,6 +181,15 @@ class GameEnv(crafter.Env):
     def length(self) -> int:
         return int(self._length or 0)
 
+    def release(self) -> None:
+        """Breaks crafter's reference cycles (each object holds its world, the world its objects and
+        their chunk sets), so that the world is freed when the env's last reference goes, not at the
+        next full garbage collection (~110 objects a 20-decision rollout left to the cycle collector, 0
+        after). The env is unusable after."""
+        world = self._world
+        world._objects = [None]
+        world._chunks.clear()
+
 
 def _texture_holders(env: GameEnv) -> tuple[Any, ...]:
     """What refers to crafter's textures (read-only images, ~25 ms to load): the env and two views."""

@@ -2,7 +2,7 @@
 
     plan ──► world (cache or fresh, worker thread) ──► for op in ops:
                  agent: policy.decide(obs, history)          (awaited under deadline + abort)
-                 env:   game.step(actions) (on the loop; a worker thread to render a frame)
+                 env:   game.step(actions) (on the loop, in turn; a worker thread to render a frame)
                         → rewards → record → on_record (trace rows)
                  episode over? on_done: reset (lazily, at the next op) | terminate
              ──► RolloutResult (partial when a limit stopped it)
@@ -11,7 +11,8 @@ Nothing here knows about HTTP. A decision's step without a frame (the text obser
 on the event loop: it is ~0.2-0.35 ms of Python that holds the GIL wherever it runs, and handing it
 to a worker thread and back cost another ~0.2 ms of CPU (two thread wake-ups, the GIL passed back
 and forth; benchmarks/ B1 1.17 -> 0.98 ms of server CPU a decision, B3 -13 to -17 % of the server's
-cores, loop lag p99 5 -> 10 ms). What can take milliseconds goes through `offload`: building or
+cores). A wave of decisions takes turns (`pace`, core.pacing), so that one loop iteration does not
+run them all. What can take milliseconds goes through `offload`: building or
 generating the world (the compiled generator releases the GIL), a step that renders a frame for a
 vision policy, and the rubric scores and response encoding of a long rollout (SHORT_ROLLOUT).
 """
@@ -122,6 +123,9 @@ class RolloutEngine:
             }
         finally:
             self.control.bind(None)
+            if self._game is not None:
+                self._game.close()
+                self._game = None
         if self.rubrics is not None:  # ~12 µs a decision: a long rollout's scores off the loop
             rubrics = self.rubrics
             if len(self.result.records) <= SHORT_ROLLOUT:
@@ -153,6 +157,8 @@ class RolloutEngine:
 
     async def _new_episode(self) -> None:
         game, observation = await self.offload(self._start_game)
+        if self._game is not None:
+            self._game.close()
         self._game, self._observation, self._obs_text = game, observation, observation.text
         self._pending = None
         self._needs_reset = False
