@@ -50,7 +50,7 @@ async def test_a_wave_leaves_room_for_timers_between_its_decisions() -> None:
     pacer = LoopPacer(budget_s=0.004)
     late_paced = await _wave(pacer, 50, paced)
     assert late_unpaced > 0.08  # the timer waited for the whole wave (50 x 2 ms)
-    assert late_paced < 0.03  # at most a few decisions ran before it
+    assert late_paced < 0.05  # a few decisions ran before it
     assert paced == list(range(50))  # in the order the decisions woke
     assert pacer.waiting == 0
 

@@ -58,7 +58,7 @@ class LoopPacer:
 
     def _drain(self) -> None:
         """Once per iteration while turns wait: release as many as the budget holds at their cost."""
-        release = max(1, int(self.budget_s / self.cost_s)) if self.cost_s > 0 else len(self._queue)
+        release = max(1, int(self.budget_s / self.cost_s))  # the average stays > 0: it starts there
         while self._queue and release:
             waiter = self._queue.popleft()
             if not waiter.done():
