@@ -14,9 +14,9 @@ from typing import Any
 class TaskCount:
     """The tasks of one loop not done yet: those alive when it was installed, and every one since."""
 
-    def __init__(self) -> None:
+    def __init__(self, previous: Any) -> None:
         self.live = 0
-        self._previous: Any = None  # the loop's factory before (asyncio's type for it is private)
+        self._previous = previous  # the loop's factory before, or None (asyncio's type for it is private)
 
     def _factory(self, loop: asyncio.AbstractEventLoop, coro: Any, /, **kwargs: Any) -> asyncio.Future[Any]:
         previous = self._previous
@@ -38,12 +38,12 @@ class TaskCount:
 def counted_tasks() -> Iterator[TaskCount]:
     """Count the running loop's tasks while the block runs (its previous task factory kept underneath)."""
     loop = asyncio.get_running_loop()
-    count = TaskCount()
-    count._previous = loop.get_task_factory()
+    previous = loop.get_task_factory()
+    count = TaskCount(previous)
     for task in asyncio.all_tasks(loop):
         count._track(task)
     loop.set_task_factory(count._factory)
     try:
         yield count
     finally:
-        loop.set_task_factory(count._previous)
+        loop.set_task_factory(previous)
