@@ -398,6 +398,51 @@ async def test_a_run_id_run_again_replaces_its_trace_from_the_first_part(
     assert counts(path) == expected_counts(short_result)
 
 
+async def test_an_end_queued_behind_its_parts_shares_their_transaction(tmp_path: Path, result: RolloutResult) -> None:
+    path, trace = tmp_path / "t.db", build_session_trace(result)
+    builder = SessionRowsBuilder("store-run")
+    async with TraceStore(path) as store:
+        parts = []
+        for index, step in enumerate(trace["session_time_steps"]):
+            builder.add_step(step)
+            if index in (1, 3):
+                parts.append(store.append(builder.take(), replace=index == 1))
+        status = await store.write("store-run", builder.take(trace), replace=False)  # not waiting for the parts
+        health = store.health()
+        assert [await part for part in parts if part is not None] == [{"stored": True}] * 2
+    assert status == {"stored": True}
+    assert (health["written"], health["transactions"]) == (1, 1)
+    assert counts(path) == expected_counts(result)
+
+
+async def test_an_end_whose_part_was_lost_is_refused_unwritten(tmp_path: Path, result: RolloutResult) -> None:
+    path, trace = tmp_path / "t.db", build_session_trace(result)
+    builder = SessionRowsBuilder("store-run")
+    steps = trace["session_time_steps"]
+    async with TraceStore(path) as store:
+        builder.add_step(steps[0])
+        part = builder.take()
+        part.events.append(("store-run", "too few values"))  # not insertable: this part fails
+        lost = store.append(part, replace=True)
+        for step in steps[1:]:
+            builder.add_step(step)
+        end = await store.write("store-run", builder.take(trace), replace=False)
+        assert lost is not None and (await lost)["stored"] is False
+        failures = store.health()["failures"]
+        assert await store.get_session("store-run") is None  # nothing of the end was written
+        rewritten = await store.write("store-run", builder.finish(trace))  # what RolloutRows.commit does next
+        rerun = SessionRowsBuilder("store-run")  # the run again, in a part and an end: replaced, so not refused
+        rerun.add_step(steps[0])
+        assert store.append(rerun.take(), replace=True) is not None
+        for step in steps[1:]:
+            rerun.add_step(step)
+        again = await store.write("store-run", rerun.take(trace), replace=False)
+    assert end == {"stored": False, "error": "an earlier part of this trace was not stored"}
+    assert failures == 1  # the lost part; the refusal is not a storage failure of its own
+    assert rewritten == {"stored": True} and again == {"stored": True}
+    assert counts(path) == expected_counts(result)
+
+
 async def test_discard_removes_the_parts_of_a_rollout_that_never_ends(tmp_path: Path, result: RolloutResult) -> None:
     path, trace = tmp_path / "t.db", build_session_trace(result)
     builder = SessionRowsBuilder("store-run")
@@ -424,7 +469,7 @@ async def test_a_rollout_writes_a_part_per_flush_and_its_end_equals_the_whole_tr
         stored = await store.get_session("flushed-run")
         health = store.health()
     assert status == {"stored": True}
-    assert (health["written"], health["transactions"]) == (2, 7)  # the earlier run; five parts, then the end
+    assert health["written"] == 2  # the earlier run, then this one (its parts grouped as the writer found them)
     trace = build_session_trace(result)
     assert stored is not None
     assert {key: stored[key] for key in TRACE_KEYS} == {key: trace[key] for key in TRACE_KEYS}
@@ -448,7 +493,7 @@ async def test_parts_that_failed_to_store_are_replaced_by_the_whole_trace_at_the
             other.close()
         failures = store.health()["failures"]
         status = await rows.commit(result, lambda: pytest.fail("the rows were good: nothing to rebuild"))
-    assert failures == 4 and status == {"stored": True}
+    assert failures == 1 and status == {"stored": True}  # the first part; the later ones were refused unwritten
     assert counts(path) == expected_counts(result)
 
 

@@ -6,7 +6,6 @@ the rollout: it is reported in `metrics.details.storage` and in `/health`.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -34,7 +33,8 @@ class RolloutRows:
     """The stored trace of one rollout, turned into rows a decision at a time as the engine records it
     (`add` is its `on_record`), and written while it runs: every `flush_interval_s` the rows added
     since go to the store's queue without waiting, so the end of a rollout only commits its last rows
-    and the session row.
+    and the session row, queued behind its parts rather than after they committed (B8, with the
+    store's multi-row inserts: a rollout's last step to its answer p50 0.90 -> 0.20 s).
 
     Building the rows runs on the event loop (~0.3 ms of CPU a decision: B1's loop thread, tracing on
     against off); writing them during the rollout spends its model calls' idle time on SQLite, where
@@ -52,7 +52,7 @@ class RolloutRows:
         self._store = store
         self._flush_interval_s = flush_interval_s
         self._flushed_at = time.monotonic()
-        self._parts: list[asyncio.Future[dict[str, Any]]] = []
+        self._appended = False  # a part went to the store: the end adds to it
 
     def add(self, result: RolloutResult, record: DecisionRecord) -> None:
         if self._builder is None:
@@ -68,9 +68,8 @@ class RolloutRows:
     def _flush(self, store: TraceStore, builder: SessionRowsBuilder) -> None:
         if not store.has_room:  # checked before `take`: the rows wait for the next flush or the end
             return
-        part = store.append(builder.take(), replace=not self._parts)
-        if part is not None:  # has_room held, so always; typed as the store's `append` is
-            self._parts.append(part)
+        if store.append(builder.take(), replace=not self._appended) is not None:  # has_room held: always
+            self._appended = True
         self._flushed_at = time.monotonic()
 
     def rows(self, result: RolloutResult) -> SessionRows | None:
@@ -84,33 +83,30 @@ class RolloutRows:
             return None
 
     async def commit(self, result: RolloutResult, rebuild: Callable[[], SessionRows]) -> dict[str, Any]:
-        """Store the rest and the session row once every part is in; anything wrong (a part not
-        stored, rows that failed), the whole trace again, replacing the parts (`rebuild` when the
+        """Store the rest and the session row, added to the parts; anything wrong (a part or the rest
+        not stored, rows that failed), the whole trace again, replacing the parts (`rebuild` when the
         rows failed). Returns the store's status."""
         store = self._store
         if store is None:
             raise RuntimeError("RolloutRows.commit needs the store it was made with")
-        try:
-            async with asyncio.timeout(store.write_timeout_s):
-                parts = [await asyncio.shield(part) for part in self._parts]
-        except TimeoutError:
-            parts = [{"stored": False}]
         if self._builder is None or len(result.records) != self._builder.steps:
             return await store.write(self.run_id, rebuild)
-        if parts and all(status.get("stored") for status in parts):
+        if self._appended:
             try:
                 rest = self._builder.take(session_header(result))
             except Exception:  # noqa: BLE001 - as in add
                 self._drop()
                 return await store.write(self.run_id, rebuild)
-            return await store.write(self.run_id, rest, replace=False)
+            status = await store.write(self.run_id, rest, replace=False)
+            if status.get("stored"):
+                return status
         return await store.write(self.run_id, self.rows(result) or rebuild)
 
     def discard(self) -> None:
         """The rollout will not be committed: remove the parts written (queued)."""
-        if self._store is not None and self._parts:
+        if self._store is not None and self._appended:
             self._store.discard(self.run_id)
-            self._parts.clear()
+            self._appended = False
 
     def _drop(self) -> None:
         logger.warning("trace rows failed; rebuilding them at the end", exc_info=True, extra={"run_id": self.run_id})
