@@ -4,7 +4,10 @@ real servers and processes: test_env_routes.py, test_env_fleet.py."""
 
 from __future__ import annotations
 
+import gc
+import json
 import random
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,9 @@ from helpers import FakeClock, FakeModalDict, game_state
 
 from task_app.core.errors import Conflict, Gone, InvalidRequest, NotFound, RateLimited
 from task_app.game import ACTIONS, Game, WorldFactory
+from task_app.game.worlds import GameEnv
 from task_app.sessions import EnvSessions, EnvSpec, SessionLimits
+from task_app.sessions.openenv import WsSession
 from task_app.sessions.records import log_key
 from task_app.store import StateStore
 from task_app.store.memory import MemoryStore
@@ -252,3 +257,60 @@ async def test_the_reaper_retires_lapsed_envs_and_erases_ended_ones(worlds: Worl
     clock.now += 100
     await store.purge()
     assert len(store) == 0  # tombstones expire too: nothing is left
+
+
+async def inline(fn: Callable[[], Any]) -> Any:
+    """The offload without a thread: anyio's hand-off keeps the job's result in a future whose
+    reference cycle the next young collection frees; what is checked here is the worlds' own cycles."""
+    return fn()
+
+
+class _RecordedWorlds:
+    """The factory, with a weak reference to every world it hands out."""
+
+    def __init__(self, worlds: WorldFactory) -> None:
+        self.worlds = worlds
+        self.made: list[weakref.ref[Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.worlds, name)
+
+    def world(self, *args: Any) -> GameEnv:
+        env = self.worlds.world(*args)
+        self.made.append(weakref.ref(env.world))
+        return env
+
+
+async def test_replaced_and_evicted_worlds_are_freed_without_the_cycle_collector(worlds: WorldFactory) -> None:
+    """crafter's objects and world refer to each other: a world an env session is done with (replaced by
+    a reset, or its env evicted from memory) is closed, so its memory returns at once."""
+    recorded, now = _RecordedWorlds(worlds), [0.0]
+    limits = SessionLimits(max_live=1, rate_per_s=1e6)
+    manager = EnvSessions(MemoryStore(), recorded, limits, inline, lambda: now[0])  # type: ignore[arg-type]
+    gc.disable()
+    try:
+        first = (await manager.create(SPEC)).env_id
+        await manager.reset(first, None)
+        await manager.reset(first, 12)
+        await manager.create(SPEC)  # the first env evicted to make room
+        now[0] += limits.ttl_s + 1
+        assert (await manager.maintain())["evicted"] == 1  # the second, idle
+        assert len(recorded.made) == 4
+        assert [ref() for ref in recorded.made] == [None] * 4
+    finally:
+        gc.enable()
+
+
+async def test_an_openenv_session_frees_its_worlds_without_the_cycle_collector(worlds: WorldFactory) -> None:
+    recorded = _RecordedWorlds(worlds)
+    session = WsSession(SPEC, recorded, SessionLimits(), inline)  # type: ignore[arg-type]
+    gc.disable()
+    try:
+        for seed in (3, 4):
+            answer, _ = await session.handle(json.dumps({"type": "reset", "data": {"seed": seed}}))
+            assert answer is not None and answer["type"] == "observation"
+        assert recorded.made[0]() is None  # replaced by the second reset
+        session.close()  # the connection ended
+        assert len(recorded.made) == 2 and recorded.made[1]() is None
+    finally:
+        gc.enable()

@@ -88,7 +88,7 @@ class LiveCache:
                     code="too_many_live_envs",
                     limit=self.capacity,
                 )
-            del self._entries[idle]
+            self.evict(idle)
 
     def add(self, live: LiveEnv) -> LiveEnv:
         """Insert (or replace) `live`, evicting an idle entry if the cache is full."""
@@ -100,7 +100,15 @@ class LiveCache:
         return live
 
     def drop(self, env_id: str) -> None:
+        """Out of the cache; its game stays whole, for a request that may still wait for its lock."""
         self._entries.pop(env_id, None)
+
+    def evict(self, env_id: str) -> None:
+        """Out of the cache and its world freed now (`Game.close`): only for an entry not in use (not
+        locked, so no request holds it or waits for it; the lock passes straight to a waiter)."""
+        live = self._entries.pop(env_id, None)
+        if live is not None:
+            live.game.close()
 
     def idle_since(self, cutoff: float) -> list[str]:
         """Ids of entries not used since `cutoff` (monotonic) and not in use."""

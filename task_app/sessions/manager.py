@@ -383,7 +383,8 @@ class EnvSessions:
         if entry["op"] == STEP:
             outcome = live.game.apply(ActionPlan(tuple(entry["a"])))
         elif entry["op"] == RESET:
-            live.game, live.episode = self._fresh(int(entry["seed"]), live.meta), live.episode + 1
+            replaced, live.game, live.episode = live.game, self._fresh(int(entry["seed"]), live.meta), live.episode + 1
+            replaced.close()
         return outcome, live.game.observe()
 
     def _replay(
@@ -394,7 +395,8 @@ class EnvSessions:
             if entry["op"] == STEP:
                 game.apply(ActionPlan(tuple(entry["a"])))
             elif entry["op"] == RESET:
-                game, episode = self._fresh(int(entry["seed"]), meta), episode + 1
+                replaced, game, episode = game, self._fresh(int(entry["seed"]), meta), episode + 1
+                replaced.close()
             else:
                 return game, episode, applied, entry
         return game, episode, len(entries), None
@@ -459,7 +461,7 @@ class EnvSessions:
         On modal-dict the records of ended envs are left to Modal's own expiry (7 days without access)."""
         idle = self.live.idle_since(self.monotonic() - self.limits.ttl_s)
         for env_id in idle:
-            self.live.drop(env_id)
+            self.live.evict(env_id)
         purged = await self.store.purge()
         reaped = 0
         if self.store.cheap_scan:

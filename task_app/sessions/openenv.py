@@ -234,7 +234,9 @@ class WsSession:
         def start() -> Game:
             return Game(self.worlds.world(seed, self.spec.area, self.spec.length), image_size=self.spec.image_size)
 
-        self.game = await self.offload(start)
+        replaced, self.game = self.game, await self.offload(start)
+        if replaced is not None:
+            replaced.close()
         self.episode += 1
         self.episode_id = request.episode_id
         self.last = self._view(await self.offload(self.game.observe))
@@ -249,6 +251,12 @@ class WsSession:
         outcome, observation = await self.offload(lambda: game.step(plan))
         self.last = self._view(observation, outcome, plan)
         return {"type": "observation", "data": observation_payload(self.last, stepped=True)}
+
+    def close(self) -> None:
+        """The connection is over: its world's memory returns now (`Game.close`)."""
+        if self.game is not None:
+            self.game.close()
+            self.game = None
 
     async def _state(self, data: dict[str, Any]) -> dict[str, Any]:
         return {"type": "state", "data": state_payload(self.last, self.episode_id)}

@@ -212,6 +212,7 @@ async def _serve_websocket(socket: WebSocket, state: AppState) -> None:
         await socket.send_text(orjson.dumps(reply).decode())
         await socket.close(code=TRY_AGAIN_LATER)
         return
+    session: WsSession | None = None
     try:
         info = await services.tokens.verify(raw_token)
         spec = build_spec("crafter", info.config if info else {}, info.seed if info else None, None, state.settings)
@@ -236,6 +237,8 @@ async def _serve_websocket(socket: WebSocket, state: AppState) -> None:
             await socket.send_text(orjson.dumps(ws_error(WSErrorCode.SESSION_ERROR, exc.message)).decode())
             await socket.close()
     finally:
+        if session is not None:
+            session.close()
         capacity.close()
 
 
