@@ -25,6 +25,7 @@ import selectors
 import subprocess
 import time
 import uuid
+import weakref
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -601,6 +602,22 @@ def first_line(process: subprocess.Popen[str], timeout: float) -> str:
 
 
 # --- a stand-in for modal.Dict, and a clock tests move ---------------------------------------------
+
+
+class RecordedWorlds:
+    """The factory, with a weak reference to every world it hands out (to see what is freed when)."""
+
+    def __init__(self, worlds: WorldFactory) -> None:
+        self.worlds = worlds
+        self.made: list[weakref.ref[Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.worlds, name)
+
+    def world(self, *args: Any) -> GameEnv:
+        env = self.worlds.world(*args)
+        self.made.append(weakref.ref(env.world))
+        return env
 
 
 class FakeClock:

@@ -6,7 +6,6 @@ import asyncio
 import dataclasses
 import gc
 import json
-import weakref
 from time import perf_counter
 from typing import Any
 
@@ -15,6 +14,7 @@ from helpers import (
     FailingPolicy,
     PatternPolicy,
     RandomPolicy,
+    RecordedWorlds,
     ScriptedPolicy,
     SeekerPolicy,
     SlowPolicy,
@@ -398,19 +398,12 @@ def test_vision_rollout_passes_images_to_the_policy(worlds: WorldFactory) -> Non
 def test_a_finished_rollout_frees_its_worlds_without_the_cycle_collector(worlds: WorldFactory) -> None:
     """crafter's objects and world refer to each other; the engine breaks that when it is done with a
     game, so the memory returns at once, not at the next full collection."""
-    made: list[weakref.ref[Any]] = []
-
-    class Recording:
-        def world(self, *args: Any) -> GameEnv:
-            env = worlds.world(*args)
-            made.append(weakref.ref(env.world))
-            return env
-
+    recorded = RecordedWorlds(worlds)
     plan = make_plan(ops=["agent", "env"] * 14, env={"seed": 1, "config": SHORT_EPISODES})
     gc.disable()
     try:
-        result = run_rollout(plan, SeekerPolicy("tree"), Recording())
-        assert len(made) == len(result.episodes) >= 2  # a world replaced by the next episode's, and the last
-        assert [ref() for ref in made] == [None] * len(made)
+        result = run_rollout(plan, SeekerPolicy("tree"), recorded)
+        assert len(recorded.made) == len(result.episodes) >= 2  # a world replaced by the next episode's, and the last
+        assert [ref() for ref in recorded.made] == [None] * len(recorded.made)
     finally:
         gc.enable()

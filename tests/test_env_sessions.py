@@ -7,18 +7,16 @@ from __future__ import annotations
 import gc
 import json
 import random
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from helpers import FakeClock, FakeModalDict, game_state
+from helpers import FakeClock, FakeModalDict, RecordedWorlds, game_state
 
 from task_app.core.errors import Conflict, Gone, InvalidRequest, NotFound, RateLimited
 from task_app.game import ACTIONS, Game, WorldFactory
-from task_app.game.worlds import GameEnv
 from task_app.sessions import EnvSessions, EnvSpec, SessionLimits
 from task_app.sessions.openenv import WsSession
 from task_app.sessions.records import log_key
@@ -265,26 +263,10 @@ async def inline(fn: Callable[[], Any]) -> Any:
     return fn()
 
 
-class _RecordedWorlds:
-    """The factory, with a weak reference to every world it hands out."""
-
-    def __init__(self, worlds: WorldFactory) -> None:
-        self.worlds = worlds
-        self.made: list[weakref.ref[Any]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.worlds, name)
-
-    def world(self, *args: Any) -> GameEnv:
-        env = self.worlds.world(*args)
-        self.made.append(weakref.ref(env.world))
-        return env
-
-
 async def test_replaced_and_evicted_worlds_are_freed_without_the_cycle_collector(worlds: WorldFactory) -> None:
     """crafter's objects and world refer to each other: a world an env session is done with (replaced by
     a reset, or its env evicted from memory) is closed, so its memory returns at once."""
-    recorded, now = _RecordedWorlds(worlds), [0.0]
+    recorded, now = RecordedWorlds(worlds), [0.0]
     limits = SessionLimits(max_live=1, rate_per_s=1e6)
     manager = EnvSessions(MemoryStore(), recorded, limits, inline, lambda: now[0])  # type: ignore[arg-type]
     gc.disable()
@@ -302,7 +284,7 @@ async def test_replaced_and_evicted_worlds_are_freed_without_the_cycle_collector
 
 
 async def test_an_openenv_session_frees_its_worlds_without_the_cycle_collector(worlds: WorldFactory) -> None:
-    recorded = _RecordedWorlds(worlds)
+    recorded = RecordedWorlds(worlds)
     session = WsSession(SPEC, recorded, SessionLimits(), inline)  # type: ignore[arg-type]
     gc.disable()
     try:
