@@ -415,6 +415,46 @@ async def test_an_end_queued_behind_its_parts_shares_their_transaction(tmp_path:
     assert counts(path) == expected_counts(result)
 
 
+async def test_parts_wait_for_company_until_an_end_or_their_time_is_up(tmp_path: Path, result: RolloutResult) -> None:
+    path, trace = tmp_path / "t.db", build_session_trace(result)
+    steps = trace["session_time_steps"]
+    builder = SessionRowsBuilder("store-run")
+    async with TraceStore(path, part_gather_s=30.0) as store:
+        builder.add_step(steps[0])
+        part = store.append(builder.take(), replace=True)
+        await asyncio.sleep(0.3)
+        waiting = (store.health()["transactions"], counts(path, "store-run")["session_timesteps"])
+        for step in steps[1:]:
+            builder.add_step(step)
+        started = time.monotonic()
+        end = await store.write("store-run", builder.take(trace), replace=False)  # someone waits: no gathering
+        ended_in = time.monotonic() - started
+        assert part is not None and await part == {"stored": True}
+        health = store.health()
+    assert waiting == (0, 0)  # the part is queued, not committed
+    assert end == {"stored": True} and ended_in < 5.0
+    assert (health["written"], health["transactions"]) == (1, 1)
+    assert counts(path) == expected_counts(result)
+    async with TraceStore(tmp_path / "u.db", part_gather_s=0.2) as store:
+        started = time.monotonic()
+        alone = store.append(SessionRowsBuilder("other-run").take(), replace=True)
+        assert alone is not None and await alone == {"stored": True}
+        assert 0.2 <= time.monotonic() - started < 5.0  # committed when its time was up, with no end
+
+
+async def test_a_full_queue_ends_the_parts_wait(tmp_path: Path, result: RolloutResult) -> None:
+    steps = build_session_trace(result)["session_time_steps"]
+    builder = SessionRowsBuilder("store-run")
+    async with TraceStore(tmp_path / "t.db", queue_size=2, part_gather_s=30.0) as store:
+        parts = []
+        for index, step in enumerate(steps[:2]):
+            builder.add_step(step)
+            parts.append(store.append(builder.take(), replace=index == 0))
+        assert not store.has_room
+        async with asyncio.timeout(5.0):
+            assert [await part for part in parts if part is not None] == [{"stored": True}] * 2
+
+
 async def test_an_end_whose_part_was_lost_is_refused_unwritten(tmp_path: Path, result: RolloutResult) -> None:
     path, trace = tmp_path / "t.db", build_session_trace(result)
     builder = SessionRowsBuilder("store-run")
@@ -481,7 +521,7 @@ async def test_parts_that_failed_to_store_are_replaced_by_the_whole_trace_at_the
 ) -> None:
     path = tmp_path / "t.db"
     plan = (await run_llm_rollout(worlds, run_id="relocked-run", decisions=4)).plan
-    async with TraceStore(path, busy_timeout_ms=50) as store:
+    async with TraceStore(path, busy_timeout_ms=50, part_gather_s=0.0) as store:  # each part tried at once
         rows = RolloutRows("relocked-run", store, flush_interval_s=0.0)
         other = sqlite3.connect(path, isolation_level=None)
         other.execute("BEGIN IMMEDIATE")  # another process holds the write lock while the rollout runs
