@@ -23,6 +23,7 @@ from task_app.game import WorldFactory
 from task_app.rollout.engine import RolloutEngine
 from task_app.rollout.result import RolloutResult
 from task_app.tracing import MIGRATIONS, SCHEMA_VERSION, TraceStore, build_session_trace
+from task_app.tracing import store as store_module
 from task_app.tracing.recording import RolloutRows
 from task_app.tracing.rows import SessionRows, SessionRowsBuilder, session_rows
 
@@ -453,6 +454,21 @@ async def test_a_full_queue_ends_the_parts_wait(tmp_path: Path, result: RolloutR
         assert not store.has_room
         async with asyncio.timeout(5.0):
             assert [await part for part in parts if part is not None] == [{"stored": True}] * 2
+
+
+async def test_a_batch_worth_of_rows_ends_the_parts_wait(
+    tmp_path: Path, result: RolloutResult, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steps = build_session_trace(result)["session_time_steps"]
+    builder = SessionRowsBuilder("store-run")
+    builder.add_step(steps[0])
+    builder.add_step(steps[1])
+    rows = builder.take()
+    monkeypatch.setattr(store_module, "MAX_BATCH_ROWS", rows.row_count)
+    async with TraceStore(tmp_path / "t.db", part_gather_s=30.0) as store:
+        part = store.append(rows, replace=True)
+        async with asyncio.timeout(5.0):
+            assert part is not None and await part == {"stored": True}
 
 
 async def test_an_end_whose_part_was_lost_is_refused_unwritten(tmp_path: Path, result: RolloutResult) -> None:

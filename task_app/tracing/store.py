@@ -12,8 +12,8 @@
   of one each, and the last of them no longer waits behind every other one's commit (benchmarks/
   B3). If the batch fails, each job is retried alone, so one bad job or a full disk gets its own
   precise status and never fails the others. Parts of running rollouts, which nobody waits for, wait
-  up to `PART_GATHER_S` for company (an end, a whole trace or a full queue ends the wait): fewer,
-  fuller transactions write far fewer pages.
+  up to `PART_GATHER_S` for company (an end, a whole trace, a full queue or a batch's worth of rows
+  ends the wait): fewer, fuller transactions write far fewer pages.
 - The writer's connection is plain `sqlite3`, owned by one thread: a whole transaction (BEGIN, the
   deletes, an `executemany` per table, COMMIT) is one call into that thread, so it costs one wake-up
   of the event loop, where a statement at a time through aiosqlite cost one each; with the loop
@@ -95,7 +95,7 @@ MAX_BATCH_ROWS = 20_000
 # session-keyed indexes: committed as they came, a few parts a transaction, B8's 20,480 decisions
 # took 5,864 transactions writing 2.8 GB (~4 pages a row) and 8.6 s of the writer thread's CPU;
 # gathered, 71 transactions, 1.2 GB, 3.0 s (the event loop's thread 27.5 -> 24.0 s). An end, a
-# whole trace or a full queue ends the wait.
+# whole trace, a full queue or a batch's worth of rows queued ends the wait.
 PART_GATHER_S = 1.0
 _STORAGE_ERRORS = (sqlite3.Error, OSError)
 
@@ -148,6 +148,7 @@ class TraceStore:
         self._last_error: str | None = None
         self._degraded = False
         self._awaited = asyncio.Event()  # a job someone waits for is queued: commit without gathering
+        self._queued_rows = 0
         self._lost_parts: set[str] = set()  # sessions with a part not stored since they were last replaced
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -311,7 +312,8 @@ class TraceStore:
             return None
         job = _Job(rows, asyncio.get_running_loop().create_future(), replace)
         self._queue.put_nowait(job)
-        if self._queue.full():
+        self._queued_rows += rows.row_count
+        if self._queue.full() or self._queued_rows >= MAX_BATCH_ROWS:
             self._awaited.set()
         return job.done
 
@@ -344,6 +346,7 @@ class TraceStore:
         try:
             async with asyncio.timeout(self.write_timeout_s):
                 await self._queue.put(job)
+                self._queued_rows += rows.row_count
                 # shield: a caller that gives up (timeout, cancelled request) leaves the job to the writer
                 return await asyncio.shield(job.done)
         except TimeoutError:
@@ -358,7 +361,7 @@ class TraceStore:
             batch: list[_Job] = []
             rows = 0
             job = await queue.get()
-            if job is not None and not self._awaited.is_set():
+            if job is not None and not self._awaited.is_set() and self._queued_rows < MAX_BATCH_ROWS:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.part_gather_s):
                         await self._awaited.wait()
@@ -366,6 +369,7 @@ class TraceStore:
             while job is not None:
                 batch.append(job)
                 rows += job.rows.row_count
+                self._queued_rows -= job.rows.row_count
                 if len(batch) >= MAX_BATCH or rows >= MAX_BATCH_ROWS or queue.empty():
                     break
                 job = queue.get_nowait()
