@@ -173,7 +173,6 @@ class TraceStore:
             return
         if not self.readonly:
             self._queue = asyncio.Queue(maxsize=self._queue_size)
-            self._awaited = asyncio.Event()  # of the loop that runs the writer
             self._writer = asyncio.create_task(self._write_loop(), name="trace-store-writer")
         logger.info(
             "trace store open: %s (schema %s, journal %s%s)",
