@@ -658,10 +658,16 @@ async def test_write_after_close_and_readonly_store(tmp_path: Path, result: Roll
         assert (await store_result(reader, result))["stored"] is False
 
 
+def _page_size(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("PRAGMA page_size").fetchone()[0])
+
+
 async def test_forward_migration_and_seed_database(tmp_path: Path, result: RolloutResult) -> None:
     path = tmp_path / "t.db"
     async with TraceStore(path) as store:
         assert (await store_result(store, result))["stored"]
+    assert _page_size(path) == store_module.PAGE_SIZE  # a file we create: large pages
     newer = (*MIGRATIONS, ("CREATE TABLE IF NOT EXISTS trace_notes (session_id VARCHAR, note TEXT)",))
     async with TraceStore(path, migrations=newer) as store:
         assert store.schema_version == SCHEMA_VERSION + 1
@@ -682,6 +688,7 @@ async def test_forward_migration_and_seed_database(tmp_path: Path, result: Rollo
         assert store.schema_version == SCHEMA_VERSION
         assert (await store_result(store, result))["stored"]
         assert {s["session_id"] for s in await store.list_sessions()} == {"old", "store-run"}
+    assert _page_size(seed_path) == 4096  # a file from elsewhere keeps its own
 
 
 _KILL_HELPER = textwrap.dedent(
