@@ -12,6 +12,8 @@ from datetime import datetime
 from statistics import fmean
 from typing import Any
 
+import orjson
+
 from ..game import ActionPlan, DecisionOutcome
 from ..policy.base import PolicyDecision
 from ..policy.tokens import TokenData
@@ -19,6 +21,11 @@ from .failures import ErrorClass, failure, policy_failure, storage_failure
 from .plan import RolloutPlan
 from .rewards import StepwiseResult
 from .rubric_scores import RolloutScores
+
+
+def encode_json(value: Any) -> bytes:
+    """A response body's JSON (orjson; numpy values as their lists and numbers)."""
+    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 class StopReason(enum.StrEnum):
@@ -177,6 +184,7 @@ class RolloutResult:
     decision_samples: list[dict[str, Any]] | None = None
     storage: dict[str, Any] | None = None
     rubric_scores: RolloutScores | None = None
+    _encoded_steps: list[orjson.Fragment] = field(default_factory=list, init=False, repr=False)
 
     @property
     def aborted(self) -> bool:
@@ -259,15 +267,31 @@ class RolloutResult:
             "details": details,
         }
 
-    def response(self, trace: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The RolloutResponse body."""
+    def encode_steps(self) -> None:
+        """Encode the trajectory steps of the decisions recorded since the last call, for
+        `response(encoded=True)`. Called after each decision, so that the end of a rollout only joins
+        them: where a thousand rollouts end together, their ends queue behind one another (benchmarks/
+        B8: the response's part of an end on the event loop 0.43 -> 0.07 ms)."""
+        plan, done = self.plan, self._encoded_steps
+        if not plan.record_trajectories:
+            return
+        for record in self.records[len(done) :]:
+            step = record.step(plan.inference_url, tokens=plan.record_tokens)
+            done.append(orjson.Fragment(encode_json(step)))
+
+    def response(self, trace: dict[str, Any] | None = None, *, encoded: bool = False) -> dict[str, Any]:
+        """The RolloutResponse body; `encoded`: its steps as JSON fragments, for `encode_json` only."""
         plan = self.plan
+        steps: list[Any] = []
+        if plan.record_trajectories and encoded:
+            self.encode_steps()
+            steps = list(self._encoded_steps)
+        elif plan.record_trajectories:
+            steps = [record.step(plan.inference_url, tokens=plan.record_tokens) for record in self.records]
         trajectory = {
             "env_id": self.env_id,
             "policy_id": self.policy_id,
-            "steps": [record.step(plan.inference_url, tokens=plan.record_tokens) for record in self.records]
-            if plan.record_trajectories
-            else [],
+            "steps": steps,
             "final": {"observation": {"text": self.final_obs_text}},
             "length": len(self.records),
             # A string, as synth-ai's RolloutTrajectory requires; empty when the policy calls no model.

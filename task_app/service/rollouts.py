@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import orjson
 
 from ..core.contracts import RolloutRequest
 from ..core.errors import TaskAppError
@@ -26,7 +25,7 @@ from ..rollout.control import RunStatus
 from ..rollout.engine import SHORT_ROLLOUT, RolloutEngine
 from ..rollout.plan import RolloutPlan, build_plan
 from ..rollout.registry import RunEntry, RunRegistry
-from ..rollout.result import DecisionRecord, RolloutResult, StopReason
+from ..rollout.result import DecisionRecord, RolloutResult, StopReason, encode_json
 from ..tracing.recording import RolloutRows, TraceRecorder
 from ..tracing.trace import COMPACT
 from .metrics import Metrics
@@ -47,10 +46,6 @@ class Admission:
     plan: RolloutPlan
     entry: RunEntry | None
     replay: bytes | None = None
-
-
-def encode(body: Any) -> bytes:
-    return orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 class RolloutService:
@@ -134,19 +129,20 @@ class RolloutService:
                 log_rollout(result, status, entry.attempt, self.registry.fleet.instance)
 
     def _on_record(self, rows: RolloutRows | None) -> Callable[[RolloutResult, DecisionRecord], None]:
+        """Each decision as it is recorded: counted, its response step encoded, its trace rows noted."""
         decision = self.metrics.decision
-        if rows is None:
-            return lambda result, record: decision(record)
 
-        def record_both(result: RolloutResult, record: DecisionRecord) -> None:
-            rows.add(result, record)
+        def on_record(result: RolloutResult, record: DecisionRecord) -> None:
             decision(record)
+            result.encode_steps()
+            if rows is not None:
+                rows.add(result, record)
 
-        return record_both
+        return on_record
 
     async def _finalise(self, result: RolloutResult, rows: RolloutRows | None) -> bytes:
         """Persist the trace (committed before we answer) and build the response bytes."""
         trace = await self.recorder.finalise(result, rows)
         if len(result.records) <= SHORT_ROLLOUT and (trace is None or result.plan.trace_format == COMPACT):
-            return encode(result.response(trace))
-        return await self.offload(lambda: encode(result.response(trace)))
+            return encode_json(result.response(trace, encoded=True))
+        return await self.offload(lambda: encode_json(result.response(trace, encoded=True)))
