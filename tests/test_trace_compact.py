@@ -8,7 +8,15 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers import SYSTEM_PROMPT, FakeLLMPolicy, llm_rollout, run_llm_rollout, store_result
+from helpers import (
+    SYSTEM_PROMPT,
+    FakeLLMPolicy,
+    ScriptedPolicy,
+    deaths_rollout,
+    llm_rollout,
+    run_llm_rollout,
+    store_result,
+)
 
 from task_app.core.json_codec import dumps, dumps_bytes, is_plain, loads
 from task_app.game import WorldFactory
@@ -16,7 +24,8 @@ from task_app.rollout.engine import RolloutEngine
 from task_app.rollout.result import RolloutResult
 from task_app.tracing import TraceStore, build_session_trace
 from task_app.tracing.recording import RolloutRows
-from task_app.tracing.rows import session_rows
+from task_app.tracing.rows import SessionRows, SessionRowsBuilder, session_rows
+from task_app.tracing.trace import session_header
 
 pytestmark = pytest.mark.anyio
 
@@ -158,6 +167,53 @@ async def test_rows_built_during_the_rollout_equal_rows_built_at_the_end(worlds:
     built = rows.rows(result)
     assert built is not None
     assert dataclasses.asdict(built) == dataclasses.asdict(session_rows(build_session_trace(result)))
+
+
+SHAPING = {"enabled": True, "mode": "decision_stepwise", "strategy": "per_achievement"}
+KINDS_OF_DECISIONS = {
+    "model calls": {"decisions": 6},
+    "images": {"decisions": 3, "policy": FakeLLMPolicy(image=True)},
+    "no model call": {"decisions": 3, "policy": FakeLLMPolicy(lm=False)},
+    "failed calls": {"decisions": 4, "policy": FakeLLMPolicy(fail_turns=(1, 2))},
+    "step rewards": {"decisions": 4, "step_rewards": SHAPING},
+    "injected noops": {"decisions": 2, "ops": ["env", "agent", "env", "env", "agent", "env"]},
+}
+# A sapling from the grass within twelve decisions, and an unknown action ("fly") rejected every fourth.
+WANDER = [
+    ["move_left", "do", "do", "fly"],
+    ["move_up", "do", "do"],
+    ["move_right", "do", "do"],
+    ["move_down", "do", "do"],
+]
+UNLOCKING = {"unlocks and rejections": {}, "unlocks, rejections and step rewards": {"step_rewards": SHAPING}}
+
+
+@pytest.mark.parametrize("kind", KINDS_OF_DECISIONS)
+async def test_rows_from_records_equal_rows_from_the_structured_trace(worlds: WorldFactory, kind: str) -> None:
+    """`add_decision` builds a running rollout's rows without the structured step's dicts: the same rows."""
+    result = await run_llm_rollout(worlds, run_id="rows-" + kind.replace(" ", "-"), **KINDS_OF_DECISIONS[kind])
+    _assert_rows_from_records(result)
+
+
+@pytest.mark.parametrize("kind", UNLOCKING)
+async def test_rows_from_records_with_event_rewards(worlds: WorldFactory, kind: str) -> None:
+    policy = ScriptedPolicy(WANDER)
+    result = await run_llm_rollout(worlds, run_id="unlocks", decisions=12, seed=1, policy=policy, **UNLOCKING[kind])
+    assert any(record.plan.rejected for record in result.records)
+    assert _assert_rows_from_records(result).event_rewards
+
+
+def test_rows_from_records_across_episodes(worlds: WorldFactory) -> None:
+    _assert_rows_from_records(deaths_rollout(worlds, decisions=6))
+
+
+def _assert_rows_from_records(result: RolloutResult) -> SessionRows:
+    builder = SessionRowsBuilder(result.plan.run_id)
+    for record in result.records:
+        builder.add_decision(result, record)
+    direct = builder.finish(session_header(result))
+    assert dataclasses.asdict(direct) == dataclasses.asdict(session_rows(build_session_trace(result)))
+    return direct
 
 
 async def test_failing_rows_fall_back_to_the_full_build(worlds: WorldFactory, caplog: pytest.LogCaptureFixture) -> None:

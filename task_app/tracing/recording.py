@@ -19,7 +19,7 @@ from ..rollout.result import DecisionRecord, RolloutResult
 from .rows import SessionRows, SessionRowsBuilder, session_rows
 from .sft import SftWriter
 from .store import TraceStore
-from .trace import STRUCTURED, build_session_trace, build_trace_payload, session_header, structured_step
+from .trace import STRUCTURED, build_session_trace, build_trace_payload, session_header
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class RolloutRows:
             return builder
         try:
             for record in self._pending:
-                builder.add_step(structured_step(result, record))
+                builder.add_decision(result, record)
         except Exception:  # noqa: BLE001 - never fails the rollout; logged, and commit rebuilds the trace
             self._drop()
             return None

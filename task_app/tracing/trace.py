@@ -50,7 +50,7 @@ def policy_instance(result: RolloutResult) -> str:
     return f"policy:{result.plan.policy_name}"
 
 
-def _epoch(moment: datetime) -> float:
+def epoch(moment: datetime) -> float:
     return moment.timestamp()
 
 
@@ -100,7 +100,7 @@ def _session_details(result: RolloutResult, trace_format: str) -> dict[str, Any]
         "trace_schema": TRACE_SCHEMA,
         "finished_at": iso(result.finished_at),
         "decisions": result.decisions,
-        "lm_calls": sum(1 for record in result.records if _lm_call(record) is not None),
+        "lm_calls": sum(1 for record in result.records if lm_call(record) is not None),
         "episodes": [episode.as_dict() for episode in result.episodes],
         "stepwise": result.stepwise_summary,
         "error": result.failure(),
@@ -112,27 +112,27 @@ def _session_details(result: RolloutResult, trace_format: str) -> dict[str, Any]
 
 
 @dataclass(slots=True)  # not frozen: four are built per decision, and a frozen __init__ is ~3x slower
-class _MessageSpec:
+class MessageSpec:
     message_type: str
     payload: dict[str, Any]
     moment: datetime
     is_tool_call: bool = False
 
 
-def _lm_call(record: DecisionRecord) -> LMCall | None:
+def lm_call(record: DecisionRecord) -> LMCall | None:
     return record.decision.lm_call if record.decision is not None else None
 
 
-def _message_specs(record: DecisionRecord, *, raw: bool) -> Iterator[_MessageSpec]:
+def message_specs(record: DecisionRecord, *, raw: bool) -> Iterator[MessageSpec]:
     decision = record.decision
     if decision is None:
         return
     call = decision.lm_call
     if call is None:
-        yield _MessageSpec(
+        yield MessageSpec(
             "user", {"role": "user", "text": record.obs_text, "content": record.obs_text}, record.started_at
         )
-        yield _MessageSpec(
+        yield MessageSpec(
             "assistant", {"role": "assistant", "tool_calls": decision.tool_calls}, record.started_at, is_tool_call=True
         )
         return
@@ -143,7 +143,7 @@ def _message_specs(record: DecisionRecord, *, raw: bool) -> Iterator[_MessageSpe
         if message is not None and message_type is not None:
             role = str(message.get("role"))
             content = message.get("content") if raw else strip_images(message.get("content"))
-            yield _MessageSpec(
+            yield MessageSpec(
                 message_type, {"role": role, "text": content_text(content), "content": content}, call.started_at
             )
     assistant = call.assistant_message
@@ -157,9 +157,9 @@ def _message_specs(record: DecisionRecord, *, raw: bool) -> Iterator[_MessageSpe
     for key in ("tool_calls", "reasoning", "reasoning_content", "thinking"):
         if assistant.get(key):
             payload[key] = assistant[key]
-    yield _MessageSpec("assistant", payload, call.finished_at)
+    yield MessageSpec("assistant", payload, call.finished_at)
     if assistant.get("tool_calls"):
-        yield _MessageSpec(
+        yield MessageSpec(
             "assistant",
             {"role": "assistant", "tool_calls": assistant["tool_calls"]},
             call.finished_at,
@@ -167,23 +167,31 @@ def _message_specs(record: DecisionRecord, *, raw: bool) -> Iterator[_MessageSpe
         )
 
 
-def _json_payload(spec: _MessageSpec) -> str:
+def json_payload(spec: MessageSpec) -> str:
     content = spec.payload.get("content")
     if spec.message_type == SYSTEM and isinstance(content, str):
         return system_body(content)  # the same prompt every decision: encoded once
     return dumps(spec.payload)
 
 
-def _message(spec: _MessageSpec, record: DecisionRecord) -> dict[str, Any]:
+def message_text(spec: MessageSpec) -> str | None:
+    text = spec.payload.get("text")
+    return text if isinstance(text, str) else None
+
+
+def message_metadata(spec: MessageSpec, record: DecisionRecord) -> dict[str, Any]:
     metadata: dict[str, Any] = {"turn": record.index, "step_id": step_id(record.index)}
     if spec.is_tool_call:
         metadata["is_tool_call"] = True
-    text = spec.payload.get("text")
+    return metadata
+
+
+def _message(spec: MessageSpec, record: DecisionRecord) -> dict[str, Any]:
     return {
-        "content": {"text": text if isinstance(text, str) else None, "json_payload": _json_payload(spec)},
+        "content": {"text": message_text(spec), "json_payload": json_payload(spec)},
         "message_type": spec.message_type,
-        "time_record": {"event_time": _epoch(spec.moment), "message_time": record.index},
-        "metadata": metadata,
+        "time_record": {"event_time": epoch(spec.moment), "message_time": record.index},
+        "metadata": message_metadata(spec, record),
     }
 
 
@@ -211,27 +219,37 @@ def _tool_results(record: DecisionRecord, call_id: str | None) -> list[dict[str,
     ]
 
 
-def _lm_event(result: RolloutResult, record: DecisionRecord, call: LMCall, *, raw: bool) -> dict[str, Any]:
-    decision = record.decision
+def lm_call_record(result: RolloutResult, record: DecisionRecord, call: LMCall, *, raw: bool) -> dict[str, Any]:
+    """The decision's `LLMCallRecord`, with its tool results (what the game did with the answer)."""
     assistant = call.assistant_message or {}
     tool_calls = assistant.get("tool_calls") if isinstance(assistant.get("tool_calls"), list) else []
     first_id = tool_calls[0].get("id") if tool_calls and isinstance(tool_calls[0], Mapping) else None
-    trace_id = result.plan.trace_correlation_id
     record_id = f"{result.plan.run_id}:{step_id(record.index)}"
     tool_results = _tool_results(record, first_id)
-    llm_record = call_record(call, call_id=record_id, trace_id=trace_id, raw=raw, tool_results=tool_results)
+    return call_record(
+        call, call_id=record_id, trace_id=result.plan.trace_correlation_id, raw=raw, tool_results=tool_results
+    )
+
+
+def lm_event_metadata(result: RolloutResult, record: DecisionRecord, call: LMCall) -> dict[str, Any]:
+    decision = record.decision
+    return {
+        "run_id": result.plan.run_id,
+        "policy_id": result.policy_id,
+        "turn": record.index,
+        "step_id": step_id(record.index),
+        "usable": bool(decision and decision.usable),
+        "attempts": call.attempts,
+    }
+
+
+def _lm_event(result: RolloutResult, record: DecisionRecord, call: LMCall, *, raw: bool) -> dict[str, Any]:
+    llm_record = lm_call_record(result, record, call, raw=raw)
     usage = llm_record["usage"]  # the call's token counts and cost, worked out once
     return {
         "system_instance_id": policy_instance(result),
-        "time_record": {"event_time": _epoch(call.started_at), "message_time": record.index},
-        "metadata": {
-            "run_id": result.plan.run_id,
-            "policy_id": result.policy_id,
-            "turn": record.index,
-            "step_id": step_id(record.index),
-            "usable": bool(decision and decision.usable),
-            "attempts": call.attempts,
-        },
+        "time_record": {"event_time": epoch(call.started_at), "message_time": record.index},
+        "metadata": lm_event_metadata(result, record, call),
         "event_metadata": None,
         "model_name": call.model,
         "provider": call.provider,
@@ -241,14 +259,14 @@ def _lm_event(result: RolloutResult, record: DecisionRecord, call: LMCall, *, ra
         "cost_usd": usage["cost_usd"],
         "latency_ms": llm_record["latency_ms"],
         "span_id": None,
-        "trace_id": trace_id,
+        "trace_id": result.plan.trace_correlation_id,
         "system_state_before": None,
         "system_state_after": None,
         "call_records": [llm_record],
     }
 
 
-def _env_event(result: RolloutResult, record: DecisionRecord) -> dict[str, Any]:
+def env_event_metadata(result: RolloutResult, record: DecisionRecord) -> dict[str, Any]:
     metadata: dict[str, Any] = {
         "run_id": result.plan.run_id,
         "turn": record.index,
@@ -261,10 +279,14 @@ def _env_event(result: RolloutResult, record: DecisionRecord) -> dict[str, Any]:
         metadata["rejected"] = [rejection.as_dict() for rejection in record.plan.rejected]
     if record.decision is None:
         metadata["injected_noop"] = True
+    return metadata
+
+
+def _env_event(result: RolloutResult, record: DecisionRecord) -> dict[str, Any]:
     return {
         "system_instance_id": ENV_INSTANCE,
-        "time_record": {"event_time": _epoch(record.started_at), "message_time": record.index},
-        "metadata": metadata,
+        "time_record": {"event_time": epoch(record.started_at), "message_time": record.index},
+        "metadata": env_event_metadata(result, record),
         "event_metadata": None,
         "reward": float(record.outcome.reward),
         "terminated": bool(record.outcome.terminated),
@@ -277,30 +299,34 @@ def _env_event(result: RolloutResult, record: DecisionRecord) -> dict[str, Any]:
 # --- payloads --------------------------------------------------------------------------------------
 
 
+def step_metadata(record: DecisionRecord) -> dict[str, Any]:
+    return {
+        "episode": record.episode,
+        "decision_rewards": decision_rewards(record),
+        "event_rewards": event_rewards(record),
+    }
+
+
+def step_started(record: DecisionRecord) -> datetime:
+    """The step's `timestamp`: its model call's start, or the env step's without one."""
+    call = lm_call(record)
+    return call.started_at if call is not None else record.started_at
+
+
 def _time_step(result: RolloutResult, record: DecisionRecord, *, raw: bool) -> dict[str, Any]:
-    call = _lm_call(record)
+    call = lm_call(record)
     events = [_lm_event(result, record, call, raw=raw)] if call is not None else []
     events.append(_env_event(result, record))
     return {
         "step_id": step_id(record.index),
         "step_index": record.index,
-        "timestamp": iso(call.started_at if call is not None else record.started_at),
+        "timestamp": iso(step_started(record)),
         "turn_number": record.index,
         "events": events,
-        "markov_blanket_messages": [_message(spec, record) for spec in _message_specs(record, raw=raw)],
-        "step_metadata": {
-            "episode": record.episode,
-            "decision_rewards": decision_rewards(record),
-            "event_rewards": event_rewards(record),
-        },
+        "markov_blanket_messages": [_message(spec, record) for spec in message_specs(record, raw=raw)],
+        "step_metadata": step_metadata(record),
         "completed_at": iso(record.finished_at),
     }
-
-
-def structured_step(result: RolloutResult, record: DecisionRecord) -> dict[str, Any]:
-    """One `session_time_steps` entry of the structured trace (what the trace store keeps), built as
-    soon as its decision is recorded."""
-    return _time_step(result, record, raw=False)
 
 
 def session_header(result: RolloutResult, trace_format: str = STRUCTURED) -> dict[str, Any]:
@@ -336,9 +362,9 @@ def build_compact_trace(result: RolloutResult) -> dict[str, Any]:
     lm_calls = []
     events = messages = 0
     for record in result.records:
-        call = _lm_call(record)
+        call = lm_call(record)
         events += 1 if call is None else 2
-        messages += sum(1 for _ in _message_specs(record, raw=False))
+        messages += sum(1 for _ in message_specs(record, raw=False))
         if call is None:
             continue
         assistant = call.assistant_message or {}
