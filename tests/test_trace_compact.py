@@ -127,10 +127,12 @@ def test_json_codec_matches_the_stdlib(value: object) -> None:
         b'\xef\xbb\xbf{"a": 1}',
     ],
 )
-def test_json_codec_reads_as_the_stdlib(text: str | bytes) -> None:
-    value = loads(text)
-    assert repr(value) == repr(json.loads(text))
-    assert type(value) is type(json.loads(text))
+@pytest.mark.parametrize("as_bytes", [False, True], ids=["text", "bytes"])
+def test_json_codec_reads_as_the_stdlib(text: str | bytes, as_bytes: bool) -> None:
+    data = text.encode() if as_bytes and isinstance(text, str) else text
+    value = loads(data)
+    assert repr(value) == repr(json.loads(data))
+    assert type(value) is type(json.loads(data))
 
 
 @pytest.mark.parametrize("text", ["[1,]", '{"a": }', "", '"\x01"', "\ufeff{}"])

@@ -29,9 +29,12 @@ _LONG_INTEGER = r"(?<![\d.])\d{19,}(?![\d.eE])"
 _LONG_DIGITS = re.compile(_LONG_INTEGER)
 _LONG_DIGITS_BYTES = re.compile(_LONG_INTEGER.encode())
 # Any run of 19 digits: what the look-arounds are tried on only when there is one (a model's answer
-# without logprobs has none: 8.7 -> 3.7 µs a 400-byte answer).
+# without logprobs has none: 8.7 -> 3.7 µs a 400-byte answer). In bytes, `\d` is an ASCII digit, so
+# the run is looked for in a copy with every digit made "0" and everything else " ": ~0.4 µs where
+# the regular expression took ~4 (the model's answer, every decision).
 _DIGIT_RUN = re.compile(r"\d{19}")
-_DIGIT_RUN_BYTES = re.compile(rb"\d{19}")
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+_ZEROS_RUN = b"0" * 19
 
 
 def is_plain(value: Any) -> bool:
@@ -111,7 +114,7 @@ def dumps_value(value: Any, *, default: Callable[[Any], Any] | None = None) -> s
 def loads(data: str | bytes) -> Any:
     """`json.loads(data)`: the same values and the same errors, read by orjson where it reads the same."""
     if isinstance(data, bytes):
-        exact = _DIGIT_RUN_BYTES.search(data) is None or _LONG_DIGITS_BYTES.search(data) is None
+        exact = _ZEROS_RUN not in data.translate(_DIGITS_AS_ZEROS) or _LONG_DIGITS_BYTES.search(data) is None
     else:
         exact = _DIGIT_RUN.search(data) is None or _LONG_DIGITS.search(data) is None
     if exact:
