@@ -158,6 +158,22 @@ def game_state(game: Game) -> dict[str, Any]:
     }
 
 
+class RecordedWorlds:
+    """The factory, with a weak reference to every world it hands out (to see what is freed when)."""
+
+    def __init__(self, worlds: WorldFactory) -> None:
+        self.worlds = worlds
+        self.made: list[weakref.ref[Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.worlds, name)
+
+    def world(self, *args: Any) -> GameEnv:
+        env = self.worlds.world(*args)
+        self.made.append(weakref.ref(env.world))
+        return env
+
+
 # --- policies -------------------------------------------------------------------------------------
 
 
@@ -602,22 +618,6 @@ def first_line(process: subprocess.Popen[str], timeout: float) -> str:
 
 
 # --- a stand-in for modal.Dict, and a clock tests move ---------------------------------------------
-
-
-class RecordedWorlds:
-    """The factory, with a weak reference to every world it hands out (to see what is freed when)."""
-
-    def __init__(self, worlds: WorldFactory) -> None:
-        self.worlds = worlds
-        self.made: list[weakref.ref[Any]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.worlds, name)
-
-    def world(self, *args: Any) -> GameEnv:
-        env = self.worlds.world(*args)
-        self.made.append(weakref.ref(env.world))
-        return env
 
 
 class FakeClock:

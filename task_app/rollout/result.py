@@ -271,7 +271,7 @@ class RolloutResult:
         """Encode the trajectory steps of the decisions recorded since the last call, for
         `response(encoded=True)`. Called after each decision, so that the end of a rollout only joins
         them: where a thousand rollouts end together, their ends queue behind one another (benchmarks/
-        B8: the response's part of an end on the event loop 0.43 -> 0.07 ms)."""
+        B8: building the response 0.30 -> 0.06 ms an end on the event loop)."""
         plan, done = self.plan, self._encoded_steps
         if not plan.record_trajectories:
             return
