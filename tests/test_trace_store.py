@@ -26,6 +26,7 @@ from task_app.tracing import MIGRATIONS, SCHEMA_VERSION, TraceStore, build_sessi
 from task_app.tracing import store as store_module
 from task_app.tracing.recording import RolloutRows
 from task_app.tracing.rows import SessionRows, SessionRowsBuilder, session_rows
+from task_app.tracing.schema import migrate
 
 pytestmark = pytest.mark.anyio
 
@@ -169,6 +170,49 @@ async def test_schema_matches_the_seed(tmp_path: Path) -> None:
             assert [row[1] for row in conn.execute(f"PRAGMA table_info({table})")] == columns, table
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+WRITE_ONLY_INDEXES = {
+    "idx_timestep_session_step",
+    "idx_timestep_turn",
+    "idx_event_type",
+    "idx_event_created",
+    "idx_event_model",
+    "idx_message_type",
+    "idx_message_timestamp",
+}
+
+
+def _indexes(path: Path) -> set[str]:
+    with sqlite3.connect(path) as conn:
+        return {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+
+
+async def test_write_only_indexes_are_dropped_and_reads_still_use_indexes(
+    tmp_path: Path, result: RolloutResult
+) -> None:
+    old = tmp_path / "v2.db"  # a file of the release before: all the seed's indexes
+    with sqlite3.connect(old, isolation_level=None) as conn:
+        migrate(conn, MIGRATIONS[:2])
+    assert WRITE_ONLY_INDEXES <= _indexes(old)
+    for path in (tmp_path / "new.db", old):
+        async with TraceStore(path) as store:
+            assert store.schema_version == SCHEMA_VERSION
+            assert (await store_result(store, result))["stored"]
+            assert (await store.get_session("store-run")) is not None
+            assert len(await store.list_sessions(model=MODEL, since="2000-01-01")) == 1
+        indexes = _indexes(path)
+        assert not indexes & WRITE_ONLY_INDEXES
+        assert {"idx_event_session_step", "idx_message_session_step", "idx_event_trace"} <= indexes
+        assert counts(path) == expected_counts(result)
+        with sqlite3.connect(path) as conn:  # every per-session read goes through an index, none scans a table
+            for table in ("session_timesteps", "events", "messages", "event_rewards", "outcome_rewards"):
+                plan = conn.execute(f"EXPLAIN QUERY PLAN SELECT * FROM {table} WHERE session_id = ?", ("x",))
+                assert all("USING" in row[3] for row in plan), table
+            timestep = conn.execute(
+                "EXPLAIN QUERY PLAN SELECT id FROM session_timesteps WHERE session_id = ? AND step_id = ?", ("x", "y")
+            )
+            assert all("USING" in row[3] for row in timestep)
 
 
 async def test_round_trip(tmp_path: Path, result: RolloutResult) -> None:
@@ -603,6 +647,7 @@ async def test_disk_full_then_recovery(tmp_path: Path, result: RolloutResult) ->
     async with TraceStore(tmp_path / "t.db") as store:
         conn = store._write_conn  # the limit is the writing connection's own
         assert conn is not None
+        await store._in_writer_thread(lambda: conn.execute("VACUUM"))  # no free pages for the write to reuse
         pages = await store._in_writer_thread(lambda: conn.execute("PRAGMA page_count").fetchone()[0])
         await store._in_writer_thread(lambda: conn.execute(f"PRAGMA max_page_count = {pages}"))  # SQLITE_FULL
         status = await store_result(store, result)

@@ -1,8 +1,9 @@
 """The SQLite schema: the seed's tracing_v3 tables and column names (seed-behaviour §6.5), versioned.
 
-Existing trace tooling reads our files, so table and column names are the seed's. Differences, all
-additive or type-only: no `embedding VECTOR` columns (libSQL-only), no analytics views, and
-`outcome_rewards.total_reward` is REAL (the seed truncated it to an integer).
+Existing trace tooling reads our files, so table and column names are the seed's. Differences, none in
+what a reader sees: no `embedding VECTOR` columns (libSQL-only), no analytics views,
+`outcome_rewards.total_reward` is REAL (the seed truncated it to an integer), and seven of its indexes
+are dropped (migration 3: they only slowed every write).
 
 Versioning: `PRAGMA user_version` holds the number of migrations applied. `MIGRATIONS[i]` takes the file
 from version i to i + 1; each runs in its own transaction together with the version bump, so a crash
@@ -177,9 +178,31 @@ _V2_FOREIGN_KEY_INDEXES: Migration = (
     "CREATE INDEX IF NOT EXISTS idx_event_rewards_message ON event_rewards (message_id)",
 )
 
+# Seed indexes that only cost writes. Every decision adds a timestep, two events and four messages, and
+# each row goes into every index of its table; no read here uses these (sessions are found by id or
+# their own created_at, a session's rows by session_id): a copy of the timesteps' UNIQUE (session_id,
+# step_id) index, three over columns of a handful of values (event and message type, turn number;
+# idx_event_type even misled the planner: rows.py `_ENV_EVENT_ID`), and the events' creation time and
+# model, the messages' timestamp. The SQLite writer's CPU per decision 81 -> 61 µs (a 50-decision
+# rollout's rows, in-process). A tool that wants one back creates it (the seed's own start-up does,
+# IF NOT EXISTS).
+_V3_WRITE_ONLY_INDEXES: Migration = tuple(
+    f"DROP INDEX IF EXISTS {name}"
+    for name in (
+        "idx_timestep_session_step",
+        "idx_timestep_turn",
+        "idx_event_type",
+        "idx_event_created",
+        "idx_event_model",
+        "idx_message_type",
+        "idx_message_timestamp",
+    )
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_TABLES + _V1_INDEXES,  # 0 -> 1: the seed's tables, indexes
     _V2_FOREIGN_KEY_INDEXES,  # 1 -> 2: indexes for the foreign keys a session delete checks
+    _V3_WRITE_ONLY_INDEXES,  # 2 -> 3: seed indexes that no read uses, dropped
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
