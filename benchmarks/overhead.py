@@ -37,7 +37,7 @@ from .client import rollout_body, run_sync
 from .fake_model import bench_actions
 from .processes import Served, app_server, fake_model
 from .report import Figure
-from .worldgen_check import CrafterEnv
+from .worldgen_check import crafter_env
 
 BENCH = "B1"
 AREA, LENGTH = (64, 64), 10_000
@@ -80,9 +80,7 @@ def floor_cpu_s(factory: WorldFactory, seeds: list[int], decisions: int, actions
 def _episode(factory: WorldFactory, seed: int, decisions: int, floors: Floors) -> tuple[Game, crafter.Env, Observation]:
     """A new episode on both sides: our game and stock crafter's env on the same seed; the first
     observation counts on both floors."""
-    env = factory.world(seed, AREA, LENGTH)
-    env.__class__ = CrafterEnv
-    game = Game(env, decision_limit=decisions)
+    game = Game(crafter_env(factory.world(seed, AREA, LENGTH)), decision_limit=decisions)
     stock = crafter.Env(area=AREA, length=LENGTH, seed=seed)
     stock.reset()
     start = time.process_time()

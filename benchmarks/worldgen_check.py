@@ -22,10 +22,11 @@ import argparse
 import json
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 import crafter
 import numpy as np
+from crafter import engine
 
 from task_app.game import GameEnv, WorldFactory, warm_up, worldgen
 
@@ -37,6 +38,21 @@ class CrafterEnv(GameEnv):
     with the reproducible despawn order."""
 
     step = crafter.Env.step
+
+
+def crafter_env(env: GameEnv) -> CrafterEnv:
+    """`env` stepping as stock crafter does: crafter's `Env.step`, its `World` and a plain RandomState
+    in the same state (the app's `GameWorld` and `WorldRandom` undone), still without the render."""
+    env.__class__ = CrafterEnv
+    world = env._world
+    world.__class__ = engine.World
+    stock = np.random.RandomState()
+    stock.set_state(world.random.get_state())
+    world.random = stock
+    for obj in world._objects:
+        if obj is not None:
+            obj.random = stock
+    return cast(CrafterEnv, env)
 
 
 COMPARE_EVERY = 100
@@ -106,8 +122,7 @@ def check(seeds: list[int], areas: list[tuple[int, int]], steps: int, step_every
     started = time.perf_counter()
     for index, seed in enumerate(seeds):
         area = areas[index % len(areas)]
-        theirs = factory.blank(area, 10_000)
-        theirs.__class__ = CrafterEnv
+        theirs = crafter_env(factory.blank(area, 10_000))
         theirs._seed = seed
         theirs.reset()
         ours = factory.world(seed, area, 10_000)  # generated

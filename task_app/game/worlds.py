@@ -28,8 +28,45 @@ from ..core.lru import LruMap
 from . import worldgen
 
 
+class GameWorld(engine.World):
+    """`crafter.engine.World` with its three busiest methods on plain integers.
+
+    Every creature's move looks up its target tile and moves in the object map, each a few numpy
+    scalar operations in crafter (`tuple(pos)` of an array, `np.int64` arithmetic for the chunk);
+    here the same lookups and updates on the position's integers. The results are the same values
+    (a chunk key's parts are `int`s rather than numpy integers: equal, with equal hashes).
+    """
+
+    def __getitem__(self, pos: Any) -> tuple[Any, Any]:
+        x, y = pos.tolist() if type(pos) is np.ndarray else pos
+        if not (0 <= x < self.area[0] and 0 <= y < self.area[1]):
+            return None, None
+        return self._mat_names[self._mat_map[x, y]], self._objects[self._obj_map[x, y]]
+
+    def move(self, obj: Any, pos: Any) -> None:
+        if obj.removed:
+            return
+        pos = np.array(pos)
+        (x, y), (old_x, old_y) = pos.tolist(), obj.pos.tolist()
+        obj_map = self._obj_map
+        assert obj_map[x, y] == 0  # noqa: S101 - crafter's own check, kept as it is
+        obj_map[x, y] = obj_map[old_x, old_y]
+        obj_map[old_x, old_y] = 0
+        old_chunk, new_chunk = self.chunk_key((old_x, old_y)), self.chunk_key((x, y))
+        if old_chunk != new_chunk:
+            self._chunks[old_chunk].remove(obj)
+            self._chunks[new_chunk].add(obj)
+        obj.pos = pos
+
+    def chunk_key(self, pos: Any) -> tuple[int, int, int, int]:
+        x, y = pos.tolist() if type(pos) is np.ndarray else pos
+        size_x, size_y = self._chunk_size
+        x_min, y_min = x // size_x * size_x, y // size_y * size_y
+        return x_min, min(x_min + size_x, self.area[0]), y_min, min(y_min + size_y, self.area[1])
+
+
 class GameEnv(crafter.Env):
-    """`crafter.Env` that renders a frame only when asked.
+    """`crafter.Env` that renders a frame only when asked, on a `GameWorld`.
 
     Stock `Env.step()` renders the frame every step, and at night that render draws noise from the
     world's RNG. `_obs` keeps exactly that RNG draw (so trajectories equal stock crafter's) without
@@ -37,6 +74,10 @@ class GameEnv(crafter.Env):
     """
 
     _last_health: Any  # crafter's own attribute (set by reset and step); typed for the checker
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._world.__class__ = GameWorld
 
     def _obs(self) -> None:
         if self._world.daylight < 0.5:  # crafter's night threshold in LocalView._light
