@@ -71,7 +71,8 @@ class Game:
 
     def achievements(self) -> list[str]:
         """Achievements unlocked so far this episode."""
-        return [name for name in ACHIEVEMENTS if self.env.player.achievements.get(name, 0) > 0]
+        counts = self.env.player.achievements
+        return [name for name in ACHIEVEMENTS if counts.get(name, 0) > 0]
 
     def observe(self) -> Observation:
         return observe(self.env, terminated=self.terminated, truncated=self.truncated, image_size=self.image_size)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from math import fsum
 from statistics import fmean
 from typing import TYPE_CHECKING, Any
 
@@ -153,7 +154,7 @@ OUTCOME_CRITERIA: dict[str, Callable[[EpisodeView], float]] = {
 
 def _gained(record: DecisionRecord, items: Sequence[str]) -> bool:
     before, after = record.outcome.inventory_before, record.outcome.inventory_after
-    return any(after.get(item, 0) > before.get(item, 0) for item in items)
+    return after != before and any(after.get(item, 0) > before.get(item, 0) for item in items)
 
 
 def achievement_unlocks(record: DecisionRecord) -> float:
@@ -162,7 +163,8 @@ def achievement_unlocks(record: DecisionRecord) -> float:
         return UNLOCK
     if _gained(record, (*BUFFERS, "coal", "iron", "diamond", *TOOLS)):
         return PROGRESS
-    if any(outcome.counts_after.get(name, 0) > count for name, count in outcome.counts_before.items()):
+    after = outcome.counts_after
+    if after != outcome.counts_before and any(after.get(name, 0) > n for name, n in outcome.counts_before.items()):
         return REPEAT
     return 0.0
 
@@ -267,7 +269,11 @@ def outcome_values(view: EpisodeView) -> dict[str, float]:
 
 
 def event_values(records: Sequence[DecisionRecord]) -> dict[str, float]:
-    return {name: fmean(criterion(record) for record in records) for name, criterion in EVENT_CRITERIA.items()}
+    """Each event criterion's mean over the decisions (`fmean`'s exact sum, without its generator)."""
+    return {
+        name: fsum([criterion(record) for record in records]) / len(records)
+        for name, criterion in EVENT_CRITERIA.items()
+    }
 
 
 @dataclass(slots=True)
