@@ -290,7 +290,7 @@ _LOW, _HIGH = 0.0, 1.0  # `uniform`'s defaults, told apart from passed values by
 
 class WorldRandom(np.random.RandomState):
     """A world's RandomState, with the draw crafter makes most made cheap. Creatures moving and the
-    spawn round call `uniform()` with no arguments ~20 times a step (benchmarks/ B1), ~1 µs each
+    spawn round call `uniform()` with no arguments (~7 times a step in B1's rollouts), ~1 µs each
     through numpy's general path; that is `random_sample()` exactly (0 + 1 × the same double, the
     same state after), ~0.2 µs. Every other call is numpy's own."""
 

@@ -74,8 +74,9 @@ INSERT_OUTCOME = (
     "reward_metadata) VALUES (?, ?, ?, ?, ?, ?)"
 )
 # Joined on (session_id, timestep_id) so SQLite finds the step's events through idx_event_session_step;
-# the unary `+` keeps it off idx_event_type, which made every event reward scan every environment
-# event ever stored (inserts slowed down as the database grew: benchmarks/, B3 over repetitions).
+# the unary `+` keeps it off idx_event_type (in a file that still has it: schema migration 3 drops
+# it), which made every event reward scan every environment event ever stored (inserts slowed down
+# as the database grew: benchmarks/, B3 over repetitions).
 _ENV_EVENT_ID = (
     "(SELECT e.id FROM events e JOIN session_timesteps t ON e.session_id = t.session_id AND e.timestep_id = t.id "
     f"WHERE t.session_id = ? AND t.step_id = ? AND +e.event_type = '{ENVIRONMENT}' ORDER BY e.id LIMIT 1)"
