@@ -186,18 +186,16 @@ _V2_FOREIGN_KEY_INDEXES: Migration = (
 # model, the messages' timestamp. The SQLite writer's CPU per decision 81 -> 61 µs (a 50-decision
 # rollout's rows, in-process). A tool that wants one back creates it (the seed's own start-up does,
 # IF NOT EXISTS).
-_V3_WRITE_ONLY_INDEXES: Migration = tuple(
-    f"DROP INDEX IF EXISTS {name}"
-    for name in (
-        "idx_timestep_session_step",
-        "idx_timestep_turn",
-        "idx_event_type",
-        "idx_event_created",
-        "idx_event_model",
-        "idx_message_type",
-        "idx_message_timestamp",
-    )
+WRITE_ONLY_INDEXES = (
+    "idx_timestep_session_step",
+    "idx_timestep_turn",
+    "idx_event_type",
+    "idx_event_created",
+    "idx_event_model",
+    "idx_message_type",
+    "idx_message_timestamp",
 )
+_V3_WRITE_ONLY_INDEXES: Migration = tuple(f"DROP INDEX IF EXISTS {name}" for name in WRITE_ONLY_INDEXES)
 
 MIGRATIONS: tuple[Migration, ...] = (
     _V1_TABLES + _V1_INDEXES,  # 0 -> 1: the seed's tables, indexes
