@@ -29,9 +29,9 @@ from task_app.policy.inference import (
     InferenceTarget,
     chat_completions_url,
     chat_params,
-    is_reasoning_model,
     resolve_target,
 )
+from task_app.policy.providers import is_reasoning_model
 
 pytestmark = pytest.mark.anyio
 

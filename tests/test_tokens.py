@@ -21,8 +21,8 @@ from helpers import request_body
 
 from task_app.cli.main import main
 from task_app.core.contracts import RolloutResponse
-from task_app.policy.inference import PROVIDER_CUSTOM, PROVIDER_GROQ, PROVIDER_OPENAI
-from task_app.policy.tokens import MAX_TOKEN_IDS, TokenData, read_tokens, request_fields
+from task_app.policy.providers import PROVIDER_CUSTOM, PROVIDER_GROQ, PROVIDER_OPENAI
+from task_app.policy.sampled_tokens import MAX_TOKEN_IDS, TokenData, read_tokens, request_fields
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")
 

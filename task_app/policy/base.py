@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..game import Observation
 
 if TYPE_CHECKING:
-    from .tokens import TokenData
+    from .sampled_tokens import TokenData
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,7 @@ class LMCall:
     usage: dict[str, Any] = field(default_factory=dict)
     finish_reason: str | None = None
     error: str | None = None
-    tokens: TokenData | None = None  # exact tokens, when the rollout asked for them (policy/tokens.py)
+    tokens: TokenData | None = None  # exact tokens, when the rollout asked for them (policy/sampled_tokens.py)
 
     @property
     def input_tokens(self) -> int | None:

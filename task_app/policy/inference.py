@@ -41,6 +41,7 @@ from ..core.json_codec import dumps_bytes, loads
 from ..core.outbound import AnswerTooLarge, Outbound, SendFailure, parse_url, post
 from ..core.settings import Settings
 from .base import PolicyError
+from .providers import PROVIDER_CUSTOM, PROVIDER_GROQ, PROVIDER_OPENAI, is_reasoning_model
 
 logger = logging.getLogger(__name__)
 
@@ -50,8 +51,6 @@ DEFAULT_PATH = "/v1" + CHAT_PATH
 DEFAULT_MAX_TOKENS = 512  # CONTRACT §2 default
 # Reasoning models spend completion tokens on hidden reasoning; 512 would often end in an empty answer.
 DEFAULT_REASONING_MAX_TOKENS = 4096
-PROVIDER_OPENAI, PROVIDER_GROQ, PROVIDER_CUSTOM = "openai", "groq", "custom"
-_REASONING_MODEL = re.compile(r"^(gpt-5|o\d)")
 # Extra policy.config keys forwarded verbatim to any server, and the sampling keys only self-hosted
 # (vLLM, SGLang) servers know; anything else a trainer's server needs goes in policy.config.extra_body.
 _PASSTHROUGH = ("seed", "stop", "frequency_penalty", "presence_penalty", "reasoning_effort", "logprobs", "top_logprobs")
@@ -188,11 +187,6 @@ def vendor_url(provider: str, settings: Settings) -> str:
 
 
 # --- what to send ----------------------------------------------------------------------------------
-
-
-def is_reasoning_model(model: str) -> bool:
-    """gpt-5* and o-series models: `max_completion_tokens`, no temperature / top_p."""
-    return bool(_REASONING_MODEL.match(model.rsplit("/", 1)[-1].strip().lower()))
 
 
 def chat_params(

@@ -28,11 +28,11 @@ from ..core import json_codec
 from ..core.settings import Settings
 from ..game import ACTIONS, TOOL_NAME, Observation, normalise_tool_calls
 from .base import HistoryEntry, LMCall, PolicyDecision, content_text
-from .config import PolicyConfig
 from .conversation import Conversation
 from .inference import RESPONSE_TOO_LARGE, InferenceClient, InferenceTarget, chat_params, resolve_target
+from .policy_config import PolicyConfig
 from .prompts import build_messages, result_text, system_prompt, tool_choice, tool_schema, turn_text
-from .tokens import TokenData, missing, read_tokens, request_fields, unavailable_reason
+from .sampled_tokens import TokenData, missing, read_tokens, request_fields, unavailable_reason
 
 logger = logging.getLogger(__name__)
 

@@ -37,8 +37,8 @@ from ..policy.base import HistoryEntry, Policy, PolicyDecision, PolicyError
 from .control import RunControl
 from .plan import AGENT, RolloutPlan
 from .result import DecisionRecord, EpisodeSummary, RolloutResult, StopReason
-from .rewards import StepRewardShaper
 from .rubric_scores import score_rollout
+from .step_rewards import StepRewardShaper
 
 logger = logging.getLogger(__name__)
 

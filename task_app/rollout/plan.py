@@ -18,9 +18,10 @@ from ..core.contracts import RolloutRequest
 from ..core.errors import InvalidRequest, UnknownName, json_kind, quoted
 from ..core.settings import Settings
 from ..game.bounds import MAX_AREA_SIDE, MAX_EPISODE_LENGTH, MIN_AREA_SIDE, valid_area
-from ..policy.config import PolicyConfig
-from ..policy.inference import PROVIDER_CUSTOM, chat_completions_url, provider_of, vendor_url
-from .rewards import StepRewardConfig
+from ..policy.inference import chat_completions_url, provider_of, vendor_url
+from ..policy.policy_config import PolicyConfig
+from ..policy.providers import PROVIDER_CUSTOM
+from .step_rewards import StepRewardConfig
 
 logger = logging.getLogger(__name__)
 

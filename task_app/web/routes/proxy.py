@@ -46,7 +46,8 @@ from ...core.errors import (
 from ...core.json_codec import dumps_bytes
 from ...core.outbound import AnswerTooLarge, SendFailure, Stream, open_stream, post
 from ...core.settings import Settings
-from ...policy.inference import PROVIDER_GROQ, PROVIDER_OPENAI, InferenceTarget, resolve_target, retry_after_seconds
+from ...policy.inference import InferenceTarget, resolve_target, retry_after_seconds
+from ...policy.providers import PROVIDER_GROQ, PROVIDER_OPENAI
 from ...policy.vendors import (
     offers_tool_call,
     sanitised_error_body,
