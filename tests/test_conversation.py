@@ -49,7 +49,7 @@ def test_turns_alternate_and_results_answer_their_tool_calls() -> None:
     assert second[2]["tool_calls"][0] == {
         "id": "call_a",
         "type": "function",
-        "function": {"name": "interact_many", "arguments": '{"actions": ["do"]}'},  # arguments as JSON text
+        "function": {"name": "interact_many", "arguments": '{"actions":["do"]}'},  # arguments as JSON text
     }
     assert second[3] == {"role": "tool", "tool_call_id": "call_a", "content": "ran do\n\nobs 1"}
     chat.answered({"role": "assistant", "content": '{"actions": ["noop"]}'})  # a text answer, no tool call

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import secrets
 import sys
@@ -13,6 +12,7 @@ import anyio
 import uvicorn
 from rich.console import Console
 
+from ..core.json_codec import dumps
 from ..core.settings import Settings
 from ..inspection.eval_stats import eval_summary
 from ..inspection.report import request_with_trace, write_report
@@ -102,7 +102,7 @@ def _eval(args: argparse.Namespace) -> int:
     summary = eval_summary(rows, args.repeats)
     print_eval_summary(summary, console)
     if args.json is not None:
-        text = json.dumps(summary, indent=2) + "\n"
+        text = dumps(summary, pretty=True) + "\n"
         if str(args.json) == "-":
             sys.stdout.write(text)
         else:

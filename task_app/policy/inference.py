@@ -21,7 +21,6 @@ a row" rule bounds a model server that keeps answering garbage.
 from __future__ import annotations
 
 import email.utils
-import json
 import logging
 import random
 import re
@@ -283,7 +282,7 @@ def retry_after_seconds(value: str | None) -> float | None:
 def _error_hint(raw: bytes) -> str:
     """A vendor's error code/type, if it is a short token. Never the message: vendors echo key prefixes."""
     try:
-        data = json.loads(raw)
+        data = loads(raw)
     except ValueError:
         return ""
     error = data.get("error") if isinstance(data, dict) else None
@@ -314,8 +313,8 @@ class InferenceClient:
         """
         started_at, start = datetime.now(UTC), loop_time()
         limits = self.limits
-        # Encoded once for every attempt, by orjson, as strict JSON (no NaN).
-        content = dumps_bytes(body, allow_nan=False)
+        # Encoded once for every attempt.
+        content = dumps_bytes(body)
         headers = {**target.headers(), "Content-Type": JSON_TYPE}
         attempt = 0
         while True:

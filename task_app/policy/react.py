@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import json
 import logging
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -83,10 +82,9 @@ def _json_values(text: str) -> Iterator[Any]:
     """Every JSON value worth a look: tagged / fenced blocks, the whole text, each embedded object.
 
     Bounded: at most `_MAX_JSON_STARTS` embedded starts are tried, and deeply nested junk
-    (RecursionError in the json module) counts as not JSON.
+    (RecursionError in the decoder) counts as not JSON.
     """
     blocks = [*_TOOL_CALL_TAG.findall(text), *_FENCED.findall(text), text]
-    decoder = json.JSONDecoder()
     for block in blocks:
         stripped = block.strip()
         try:
@@ -96,7 +94,7 @@ def _json_values(text: str) -> Iterator[Any]:
             pass
         for match in itertools.islice(re.finditer(r"[{\[]", stripped), _MAX_JSON_STARTS):
             try:
-                value, _ = decoder.raw_decode(stripped, match.start())
+                value, _ = json_codec.raw_decode(stripped, match.start())
             except (ValueError, RecursionError):
                 continue
             yield value

@@ -19,13 +19,13 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import anyio
-import orjson
 from fastapi import APIRouter, Body, Depends, FastAPI, Request, WebSocket, WebSocketDisconnect
 from pydantic import BaseModel, ValidationError
 from starlette.requests import HTTPConnection
 
 from ...core.env_contracts import OkResponse, RevokeRequest, TokenRequest, TokenResponse
 from ...core.errors import BadRequest, Gone, InvalidRequest, NotFound, TaskAppError, Unauthorized
+from ...core.json_codec import JSONDecodeError, dumps, loads
 from ...sessions import build_spec
 from ...sessions.openenv import (
     METADATA,
@@ -104,8 +104,8 @@ async def _json(request: Request, *, optional: bool = False) -> Any:
     if optional and not raw.strip():
         return {}
     try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
+        return loads(raw, strict=True)
+    except JSONDecodeError as exc:
         raise BadRequest("the request body is not valid JSON", code="invalid_json") from exc
 
 
@@ -209,7 +209,7 @@ async def _serve_websocket(socket: WebSocket, state: AppState) -> None:
             active_sessions=capacity.active,
             max_sessions=capacity.limit,
         )
-        await socket.send_text(orjson.dumps(reply).decode())
+        await socket.send_text(dumps(reply))
         await socket.close(code=TRY_AGAIN_LATER)
         return
     session: WsSession | None = None
@@ -221,7 +221,7 @@ async def _serve_websocket(socket: WebSocket, state: AppState) -> None:
             text = await socket.receive_text()
             if await services.tokens.verify(raw_token) is None:
                 reply = ws_error(WSErrorCode.SESSION_ERROR, "the session token expired or was revoked")
-                await socket.send_text(orjson.dumps(reply).decode())
+                await socket.send_text(dumps(reply))
                 await socket.close(code=POLICY_VIOLATION)
                 return
             answer, close = await session.handle(text)
@@ -229,12 +229,12 @@ async def _serve_websocket(socket: WebSocket, state: AppState) -> None:
                 await socket.close()
                 return
             if answer is not None:
-                await socket.send_text(orjson.dumps(answer).decode())
+                await socket.send_text(dumps(answer))
     except WebSocketDisconnect:
         return
     except TaskAppError as exc:
         with anyio.CancelScope(shield=True):
-            await socket.send_text(orjson.dumps(ws_error(WSErrorCode.SESSION_ERROR, exc.message)).decode())
+            await socket.send_text(dumps(ws_error(WSErrorCode.SESSION_ERROR, exc.message)))
             await socket.close()
     finally:
         if session is not None:

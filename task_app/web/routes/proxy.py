@@ -156,7 +156,7 @@ async def _send(
         answer = await post(
             state.http,
             target.http_url or target.url,
-            dumps_bytes(body, allow_nan=False),
+            dumps_bytes(body),
             headers,
             max_bytes=settings.inference_max_response_bytes,
             **_limits(settings),
@@ -191,7 +191,7 @@ async def _stream(vendor: str, target: InferenceTarget, body: dict[str, Any], st
     started = anyio.current_time()
     try:
         upstream = await open_stream(
-            state.http, target.http_url or target.url, dumps_bytes(body, allow_nan=False), headers, **_limits(settings)
+            state.http, target.http_url or target.url, dumps_bytes(body), headers, **_limits(settings)
         )
     except SendFailure as exc:
         raise _send_failure(vendor, exc) from exc
