@@ -11,6 +11,7 @@ import pytest
 from fake_model import FakeModel, chat, error, hang, raw, text, tool_call
 from helpers import make_plan
 
+from task_app.core import json_codec
 from task_app.core.errors import NotConfigured
 from task_app.core.outbound import open_session
 from task_app.core.settings import Settings
@@ -21,6 +22,7 @@ from task_app.policy.prompts import build_messages, recipe_lines, system_prompt,
 from task_app.policy.react import ReactPolicy, build_react_policy, calls_from_text, parse_answer
 from task_app.rollout.engine import RolloutEngine
 from task_app.rollout.plan import RolloutPlan
+from task_app.tracing import build_session_trace
 
 FAST = InferenceLimits(connect_timeout_s=2.0, read_timeout_s=5.0, max_attempts=3, backoff_s=0.01, backoff_max_s=0.05)
 
@@ -329,6 +331,39 @@ async def test_rollout_completes(model: FakeModel, worlds: WorldFactory) -> None
     assert info["meta"]["model"] == "fake-model" and info["meta"]["parsed_from"] == "tool_calls"
     # the second request carries the first decision in its history
     assert "- #1: move_left, move_left" in model.requests[1].body["messages"][1]["content"]
+
+
+@pytest.mark.anyio
+async def test_tool_call_arguments_are_parsed_once_a_decision(
+    model: FakeModel, worlds: WorldFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The policy parses each call's `arguments` text; the engine plays the policy's `ActionPlan` and the
+    trace records the parsed value: no other reading of that text, from the answer to the stored trace."""
+    readings: list[str] = []
+    real_loads = json_codec.loads
+
+    def counting_loads(data: str | bytes, **options: Any) -> Any:
+        if isinstance(data, str) and data.startswith('{"actions"'):
+            readings.append(data)
+        return real_loads(data, **options)
+
+    monkeypatch.setattr(json_codec, "loads", counting_loads)
+    model.script(tool_call("move_left", "do"), tool_call("noop"), tool_call("move_up"))
+    result, _ = await _run(_plan(model, ops=3), worlds)
+    trace = build_session_trace(result)
+    assert [list(record.plan.actions) for record in result.records] == [["move_left", "do"], ["noop"], ["move_up"]]
+    assert readings == ['{"actions": ["move_left", "do"]}', '{"actions": ["noop"]}', '{"actions": ["move_up"]}']
+    call_records = [
+        event["call_records"][0]
+        for step in trace["session_time_steps"]
+        for event in step["events"]
+        if event.get("call_records")
+    ]
+    assert [record["output_tool_calls"][0]["arguments"] for record in call_records] == [
+        {"actions": ["move_left", "do"]},
+        {"actions": ["noop"]},
+        {"actions": ["move_up"]},
+    ]
 
 
 @pytest.mark.anyio

@@ -200,6 +200,8 @@ class RolloutEngine:
             raise RuntimeError("env op before the world exists")
         if decision is None:
             plan = plan_from_names([NOOP], self.plan.max_actions)
+        elif decision.plan is not None and len(decision.plan.actions) <= self.plan.max_actions:
+            plan = decision.plan  # the policy normalised its calls already
         else:
             plan = normalise_tool_calls(decision.tool_calls, self.plan.max_actions)
         started_at, start = datetime.now(UTC), perf_counter()
