@@ -14,6 +14,7 @@ from rich.console import Console
 
 from ..core.json_codec import dumps
 from ..core.settings import Settings
+from ..core.version import app_version
 from ..inspection.eval_stats import eval_summary
 from ..inspection.report import request_with_trace, write_report
 from ..web.local_server import HTTP_PARSER, bind_socket, serve_in_thread, serve_processes
@@ -116,6 +117,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="task-app", description="Crafter task app")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {app_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="serve the app with uvicorn")

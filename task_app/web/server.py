@@ -17,6 +17,7 @@ from ..core.offload import limited_offload
 from ..core.outbound import open_session
 from ..core.rubrics import load_rubrics
 from ..core.settings import Settings
+from ..core.version import app_version
 from ..game import WorldFactory, warm_up
 from ..rollout.fleet import FleetRuns, RunLimits, new_instance
 from ..rollout.registry import RunRegistry
@@ -148,7 +149,7 @@ def create_app(settings: Settings, handover: Handover | None = None) -> FastAPI:
     None to run them in this process."""
     app = FastAPI(
         title="Crafter task app",
-        version="1.0.0",
+        version=app_version(),
         lifespan=_lifespan,
         default_response_class=JSONBytes,
         docs_url=None,
