@@ -92,15 +92,13 @@ async def _serving(app: FastAPI, settings: Settings, tasks: TaskCount) -> AsyncI
     worlds = WorldFactory(cache_size=settings.world_cache_size)
     if settings.warm_up:
         await offload(functools.partial(warm_up, worlds))
-    loop_lag = LoopLagProbe(settings.loop_lag_probe_s) if settings.loop_lag_probe_s > 0 else None
     async with (
         open_session(settings.inference_max_connections) as http,
         open_sessions(settings, worlds, offload) as sessions,
     ):
         recorder = TraceRecorder(settings, offload)
         await recorder.start()
-        if loop_lag is not None:
-            loop_lag.start()
+        loop_lag: LoopLagProbe | None = None
         try:
             fleet = FleetRuns(sessions.store, new_instance(), RunLimits.from_settings(settings))
             registry = RunRegistry(
@@ -111,6 +109,9 @@ async def _serving(app: FastAPI, settings: Settings, tasks: TaskCount) -> AsyncI
                 keep_bytes=settings.runs_result_bytes,
             )
             metrics = Metrics(Sources(fleet.instance, registry, worlds, recorder, sessions))
+            if settings.loop_lag_probe_s > 0:
+                loop_lag = LoopLagProbe(settings.loop_lag_probe_s, metrics.registry)
+                loop_lag.start()
             policies = PolicyFactoryBuilder(settings, http)
             service = RolloutService(settings, worlds, registry, policies.build, recorder, offload, metrics, rubrics)
             submissions = Submissions(service, Callbacks(http, settings), metrics, app.state.handover)
