@@ -34,7 +34,6 @@ import anyio
 from pydantic import SecretStr
 from yarl import URL
 
-from ..core.clock import loop_time
 from ..core.errors import NotConfigured
 from ..core.json_codec import dumps_bytes, loads
 from ..core.outbound import AnswerTooLarge, Outbound, SendFailure, parse_url, post
@@ -311,7 +310,7 @@ class InferenceClient:
 
         `deadline` is absolute, in `anyio.current_time()` units; None means only the attempt limit.
         """
-        started_at, start = datetime.now(UTC), loop_time()
+        started_at, start = datetime.now(UTC), anyio.current_time()
         limits = self.limits
         # Encoded once for every attempt.
         content = dumps_bytes(body)
@@ -348,7 +347,7 @@ class InferenceClient:
                 )
                 await anyio.sleep(wait)
                 continue
-            finished = loop_time()
+            finished = anyio.current_time()
             logger.debug(
                 "inference %s model=%s status=%d attempts=%d latency_ms=%.0f",
                 target.host,
@@ -364,7 +363,7 @@ class InferenceClient:
 
     @staticmethod
     def _remaining(deadline: float | None) -> float | None:
-        return None if deadline is None else deadline - loop_time()
+        return None if deadline is None else deadline - anyio.current_time()
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         """Exponential backoff with jitter (50-100 %); a Retry-After is honoured up to backoff_max_s."""

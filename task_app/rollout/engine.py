@@ -28,7 +28,6 @@ from typing import Any
 
 import anyio
 
-from ..core.clock import loop_time
 from ..core.offload import Offload, run_in_thread
 from ..core.rubrics import Rubric
 from ..game import Game, Observation, WorldFactory, normalise_tool_calls
@@ -143,7 +142,7 @@ class RolloutEngine:
             raise _Stop(StopReason.EPISODE_DONE)
         if self.result.ops_executed >= self.plan.max_ops:
             raise _Stop(StopReason.MAX_OPS)
-        if self._deadline is not None and loop_time() >= self._deadline:
+        if self._deadline is not None and anyio.current_time() >= self._deadline:
             raise _Stop(StopReason.DEADLINE)
 
     # --- ops ------------------------------------------------------------------------------------
