@@ -8,13 +8,13 @@
              ──► RolloutResult (partial when a limit stopped it)
 
 Nothing here knows about HTTP. A decision's step without a frame (the text observation only) runs
-on the event loop: it is ~0.2-0.35 ms of Python that holds the GIL wherever it runs, and handing it
-to a worker thread and back cost another ~0.2 ms of CPU (two thread wake-ups, the GIL passed back
-and forth; benchmarks/ B1 1.17 -> 0.98 ms of server CPU a decision, B3 -13 to -17 % of the server's
-cores). A wave of decisions takes turns (`pace`, core.pacing), so that one loop iteration does not
-run them all. What can take milliseconds goes through `offload`: building or
-generating the world (the compiled generator releases the GIL), a step that renders a frame for a
-vision policy, and the rubric scores and response encoding of a long rollout (SHORT_ROLLOUT).
+on the event loop: it is Python that holds the GIL wherever it runs, and handing it to a worker
+thread and back costs more CPU than the step (two thread wake-ups, the GIL passed back and forth;
+docs/performance.md has the figures). A wave of decisions takes turns (`pace`, core.pacing), so that
+one loop iteration does not run them all. What can take milliseconds goes through `offload`:
+building or generating the world (the compiled generator releases the GIL), a step that renders a
+frame for a vision policy, and the rubric scores and response encoding of a long rollout
+(SHORT_ROLLOUT).
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from .step_rewards import StepRewardShaper
 logger = logging.getLogger(__name__)
 
 # A rollout of at most this many decisions ends on the event loop: its rubric scores here and its
-# response's encoding in the service (~12 and ~20 µs a decision, ~3 ms at this length). Handed to a
-# worker thread, each cost a round trip through the loop too, and at a thousand rollouts in flight the
-# ends queued behind one another for the two threads (benchmarks/ B8: ~0.5 s each).
+# response's encoding in the service take microseconds a decision. Handed to a worker thread, each
+# cost a round trip through the loop too, and at a thousand rollouts in flight the ends queued behind
+# one another for the two threads (docs/performance.md).
 SHORT_ROLLOUT = 100
 
 
@@ -125,7 +125,7 @@ class RolloutEngine:
             if self._game is not None:
                 self._game.close()
                 self._game = None
-        if self.rubrics is not None:  # ~12 µs a decision: a long rollout's scores off the loop
+        if self.rubrics is not None:  # a long rollout's scores off the loop (SHORT_ROLLOUT)
             rubrics = self.rubrics
             if len(self.result.records) <= SHORT_ROLLOUT:
                 self.result.rubric_scores = score_rollout(self.result, rubrics)

@@ -94,7 +94,7 @@ def _invalid(exc: ValidationError, where: str, code: str) -> InvalidRequest:
 
 
 def apply_math_alias(request: RolloutRequest) -> tuple[RolloutRequest, bool]:
-    """The seed system's math→crafter remap for old trainer configs (seed-behaviour §11)."""
+    """The old system's math→crafter remap for old trainer configs (docs/contract.md)."""
     names = (request.env.env_name, request.env.env_id, request.policy.policy_name, request.policy.policy_id)
     if not any(isinstance(name, str) and name.strip().lower().startswith("math") for name in names):
         return request, False
@@ -112,7 +112,7 @@ def apply_math_alias(request: RolloutRequest) -> tuple[RolloutRequest, bool]:
         "step_rewards": shaping,
     }
     policy_config.update(request.policy.config)
-    ops = request.ops if len(request.ops) >= 20 else [AGENT, ENV] * 10  # seed's rule
+    ops = request.ops if len(request.ops) >= 20 else [AGENT, ENV] * 10  # the old system's rule
     remapped = request.model_copy(
         update={
             "env": request.env.model_copy(update={"env_name": "crafter", "env_id": None, "config": env_config}),
@@ -146,7 +146,7 @@ def _op_error(index: int, raw: Any) -> InvalidRequest:
 def normalise_ops(raw_ops: list[Any], keep: int) -> tuple[str, ...]:
     """The first `keep` ops as `agent` / `env`. Every op is checked (a bad one anywhere is a 422 naming
     the first by index), resolving each distinct spelling once: `["agent", "env"] * 50000` costs a
-    set() of the list, not 100000 alias lookups (benchmarks/ B7)."""
+    set() of the list, not 100000 alias lookups."""
     try:
         names: list[Any] = raw_ops
         distinct = set(raw_ops)  # strings, the usual form (and other scalars, which are refused)
@@ -333,7 +333,7 @@ def build_plan(request: RolloutRequest, settings: Settings) -> RolloutPlan:
 
     if not request.ops:
         raise InvalidRequest("ops must not be empty", code="empty_ops")
-    # Any length the body limit admits (the seed's trainers send up to safety.max_ops, 100000): ops
+    # Any length the body limit admits (the old system's trainers send up to safety.max_ops, 100000): ops
     # beyond 2 x cap are dropped, and safety.max_ops stops the rollout once that many have run.
     kept = normalise_ops(request.ops, 2 * cap)
     step_rewards_raw = policy.step_rewards or env_config.step_rewards or {}
