@@ -76,7 +76,7 @@ class LoopLagProbe:
     def snapshot(self) -> dict[str, Any]:
         recent = sorted(self._recent)
         buckets = {}
-        for sample in self.histogram.collect()[0].samples:
+        for sample in next(iter(self.histogram.collect())).samples:
             if sample.name.endswith("_bucket"):
                 bound = float(sample.labels["le"])
                 buckets["+Inf" if math.isinf(bound) else f"{bound * 1000:g}"] = int(sample.value)
