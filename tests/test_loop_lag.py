@@ -10,7 +10,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import AppServer, start_app_server, wait_until
+from support.polling import wait_until
+from support.servers import AppServer, start_app_server
 
 from task_app.web.loop_lag import BUCKETS_MS, LoopLagProbe
 
@@ -43,6 +44,7 @@ async def test_a_blocked_loop_shows_as_lag() -> None:
     assert snapshot["buckets_ms"]["50"] < snapshot["buckets_ms"]["+Inf"]
 
 
+@pytest.mark.e2e
 def test_health_and_metrics_report_the_probe_only_when_enabled(make_app_server: Callable[..., AppServer]) -> None:
     plain = make_app_server(warm_up=False)
     assert "event_loop" not in plain.health()
@@ -61,6 +63,7 @@ def test_health_and_metrics_report_the_probe_only_when_enabled(make_app_server: 
     assert counts["+Inf"] >= health["samples"] > 0  # the same histogram, scraped a little later
 
 
+@pytest.mark.e2e
 def test_start_up_objects_are_kept_out_of_full_collections_while_serving(tmp_path: Path) -> None:
     """A full GC pass over start-up's objects would stall every rollout in flight (~110 ms, B3)."""
     with ExitStack() as stack:

@@ -15,8 +15,12 @@ from typing import Any
 
 import openai
 import pytest
-from conftest import GROQ_KEY, OPENAI_KEY, TEST_KEY, AppServer, assert_no_key_material, wait_until
-from fake_model import FakeModel, chunk, error, sse, text, tool_call
+from support.fake_model import FakeModel, chunk, error, sse, text, tool_call
+from support.keys import GROQ_KEY, OPENAI_KEY, TEST_KEY, assert_no_key_material
+from support.polling import wait_until
+from support.servers import AppServer
+
+pytestmark = pytest.mark.e2e  # every test here starts a server or a child process
 
 SECRETS = (TEST_KEY, OPENAI_KEY, GROQ_KEY)
 MESSAGES: Any = [{"role": "user", "content": "What next?"}]

@@ -8,8 +8,8 @@ from typing import Any
 import anyio
 import crafter.constants
 import pytest
-from fake_model import FakeModel, chat, error, hang, raw, text, tool_call
-from helpers import make_plan
+from support.fake_model import FakeModel, chat, error, hang, raw, text, tool_call
+from support.rollouts import make_plan
 
 from task_app.core import json_codec
 from task_app.core.errors import NotConfigured
@@ -231,6 +231,7 @@ def _react(plan: RolloutPlan, **kwargs: Any) -> ReactPolicy:
     )
 
 
+@pytest.mark.e2e
 @pytest.mark.anyio
 async def test_decide_sends_tool_request_and_reports(model: FakeModel, worlds: WorldFactory) -> None:
     model.script(tool_call("move_left", "do"))
@@ -261,6 +262,7 @@ async def test_decide_sends_tool_request_and_reports(model: FakeModel, worlds: W
     assert call.input_tokens == 120 and call.finish_reason == "tool_calls"
 
 
+@pytest.mark.e2e
 @pytest.mark.anyio
 async def test_decide_vision_and_api_key(model: FakeModel, worlds: WorldFactory) -> None:
     plan = _plan(model, use_vision=True, api_key="caller-key", model="gpt-5-mini")
@@ -275,6 +277,7 @@ async def test_decide_vision_and_api_key(model: FakeModel, worlds: WorldFactory)
     assert [part["type"] for part in body["messages"][1]["content"]] == ["text", "image_url"]
 
 
+@pytest.mark.e2e
 @pytest.mark.anyio
 async def test_text_and_garbage_answers(model: FakeModel, worlds: WorldFactory) -> None:
     model.script(text("actions: move_right, do"), raw(b"<html>oops"), chat({"role": "assistant", "content": "hm"}))
@@ -317,6 +320,7 @@ async def _run(plan: RolloutPlan, worlds: WorldFactory, limits: InferenceLimits 
         return result, anyio.current_time() - start
 
 
+@pytest.mark.e2e
 @pytest.mark.anyio
 async def test_rollout_completes(model: FakeModel, worlds: WorldFactory) -> None:
     model.script(tool_call("move_left", "move_left"), text('```json\n{"actions": ["do"]}\n```'), tool_call("noop"))
@@ -333,6 +337,7 @@ async def test_rollout_completes(model: FakeModel, worlds: WorldFactory) -> None
     assert "- #1: move_left, move_left" in model.requests[1].body["messages"][1]["content"]
 
 
+@pytest.mark.e2e
 @pytest.mark.anyio
 async def test_tool_call_arguments_are_parsed_once_a_decision(
     model: FakeModel, worlds: WorldFactory, monkeypatch: pytest.MonkeyPatch
@@ -366,6 +371,7 @@ async def test_tool_call_arguments_are_parsed_once_a_decision(
     ]
 
 
+@pytest.mark.e2e
 @pytest.mark.anyio
 async def test_three_unusable_answers_stop_the_rollout(model: FakeModel, worlds: WorldFactory) -> None:
     model.script(tool_call("do"), text("I am thinking."), raw(b"nope"), tool_call("dance"))
@@ -377,6 +383,7 @@ async def test_three_unusable_answers_stop_the_rollout(model: FakeModel, worlds:
     assert result.records[1].step_info()["meta"]["unusable_reason"] == "no_actions_in_text"
 
 
+@pytest.mark.e2e
 @pytest.mark.anyio
 async def test_model_server_refusal_stops_with_policy_error(model: FakeModel, worlds: WorldFactory) -> None:
     model.script(tool_call("do"), error(401))
@@ -386,6 +393,7 @@ async def test_model_server_refusal_stops_with_policy_error(model: FakeModel, wo
     assert len(result.records) == 1
 
 
+@pytest.mark.e2e
 @pytest.mark.anyio
 async def test_hanging_model_cannot_outlive_the_rollout(model: FakeModel, worlds: WorldFactory) -> None:
     model.script(tool_call("do"))

@@ -5,8 +5,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from conftest import ROOT, TEST_KEY, AppServer
-from fake_model import FakeModel, tool_call
+import pytest
+from support.fake_model import FakeModel, tool_call
+from support.keys import TEST_KEY
+from support.processes import ROOT
+from support.servers import AppServer
+
+pytestmark = pytest.mark.e2e  # every test here starts a server or a child process
 
 
 def test_the_trainer_loop_in_the_readme_runs(app_server: AppServer, fake_model: FakeModel) -> None:

@@ -8,15 +8,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers import (
-    SYSTEM_PROMPT,
-    FakeLLMPolicy,
-    ScriptedPolicy,
-    deaths_rollout,
-    llm_rollout,
-    run_llm_rollout,
-    store_result,
-)
+from support.policies import SYSTEM_PROMPT, FakeLLMPolicy, ScriptedPolicy
+from support.rollouts import deaths_rollout, llm_rollout, run_llm_rollout
+from support.traces import store_result
 
 from task_app.game import WorldFactory
 from task_app.rollout.engine import RolloutEngine

@@ -9,7 +9,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from helpers import MODEL, SAMPLES, SYSTEM_PROMPT, FakeLLMPolicy, llm_rollout
+from support.policies import MODEL, SYSTEM_PROMPT, FakeLLMPolicy
+from support.rollouts import SAMPLES, llm_rollout
 
 from task_app.game import WorldFactory
 from task_app.rollout.result import RolloutResult

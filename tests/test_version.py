@@ -8,7 +8,8 @@ import tomllib
 
 import httpx
 import pytest
-from conftest import ROOT, AppServer
+from support.processes import ROOT
+from support.servers import AppServer
 
 from task_app.cli.main import main
 from task_app.core import version
