@@ -89,6 +89,12 @@ def model(cls: type[M]) -> Callable[[httpx.Response], M]:
     return lambda response: _read(response, cls.model_validate)
 
 
+class _NewEnv(EnvState):
+    """create's and restore's answer, which must name the env."""
+
+    env_id: str
+
+
 def _none(response: httpx.Response) -> None:
     return None
 
@@ -108,7 +114,7 @@ def create_env(
         body["task_id"] = task_id
     if rl_run_id is not None:
         body["rl_run_id"] = rl_run_id
-    return Call("POST", "/create", model(EnvState), {**body, **(extra_body or {})})
+    return Call("POST", "/create", model(_NewEnv), {**body, **(extra_body or {})})
 
 
 def reset(env_id: str, seed: int | None, extra_body: Mapping[str, Any] | None) -> Call[EnvState]:
@@ -124,7 +130,7 @@ def snapshot(env_id: str) -> Call[Snapshot]:
 
 
 def restore(snapshot_id: str) -> Call[EnvState]:
-    return Call("POST", "/restore", model(EnvState), {"snapshot_id": snapshot_id})
+    return Call("POST", "/restore", model(_NewEnv), {"snapshot_id": snapshot_id})
 
 
 _BRANCHES = TypeAdapter(dict[str, list[str]])

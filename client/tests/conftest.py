@@ -167,6 +167,7 @@ def fake_model() -> Iterator[FakeModelProcess]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        process.stdout.close()
 
 
 @pytest.fixture
