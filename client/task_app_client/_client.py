@@ -28,6 +28,8 @@ from ._results import (
 )
 
 T = TypeVar("T")
+# A trainer keeps many envs in flight at once (TRL one per rollout slot, hundreds in its async mode);
+# httpx's own default of 100 connections would queue their steps behind each other.
 DEFAULT_LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=64)
 
 

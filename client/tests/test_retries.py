@@ -8,6 +8,7 @@ allow `SLACK_S` for a loaded machine.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 from collections.abc import Callable, Iterator
@@ -85,10 +86,15 @@ def timed(call: Callable[[], Any]) -> tuple[Any, float]:
     return call(), time.monotonic() - started
 
 
-def test_429_is_retried_after_retry_after_with_bounded_jitter(stub: StubServer, run: Run) -> None:
+def test_429_is_retried_after_retry_after_with_bounded_jitter(
+    stub: StubServer, run: Run, caplog: pytest.LogCaptureFixture
+) -> None:
     stub.script(Reply(429, app_error("capacity_exceeded", True), {"Retry-After": "1"}), Reply(200, {"limits": {}}))
     retry = RetryPolicy(backoff=0.05, jitter=0.25)
-    info = run(stub.base_url, lambda client: client.info(), retry=retry)
+    with caplog.at_level(logging.INFO, logger="task_app_client"):
+        info = run(stub.base_url, lambda client: client.info(), retry=retry)
+    (logged,) = [record for record in caplog.records if record.name == "task_app_client"]
+    assert "GET /info failed (429 capacity_exceeded" in logged.getMessage() and KEY not in caplog.text
     assert info.limits == {}
     assert [path for _, _, path in stub.arrivals] == ["/info", "/info"]
     (gap,) = stub.gaps()
