@@ -10,7 +10,7 @@ from typing import Any, TypeVar, overload
 
 import httpx
 
-from ._base import BaseClient, BaseEnv, Requests
+from ._base import BaseClient, BaseEnv, RolloutRequestLike
 from ._client import DEFAULT_LIMITS, Client, Env
 from ._config import RetryPolicy, Timeout
 from ._errors import TaskAppClientError
@@ -104,18 +104,20 @@ class AsyncClient(BaseClient):
 
     # --- rollouts ---------------------------------------------------------------------------------
 
-    async def rollout(self, request: Requests, *, timeout: float | None = None) -> RolloutResult:
+    async def rollout(self, request: RolloutRequestLike, *, timeout: float | None = None) -> RolloutResult:
         return await self._run(self._rollout(request, timeout))
 
     async def submit(
-        self, requests: Requests | Sequence[Requests], *, timeout: float | None = None
+        self, requests: RolloutRequestLike | Sequence[RolloutRequestLike], *, timeout: float | None = None
     ) -> list[SubmittedRun]:
         return await self._run(self._submit(requests, timeout))
 
     async def result(self, run_id: str, *, timeout: float | None = None) -> RolloutResult:
         return await self._run(self._result(run_id, timeout))
 
-    async def group(self, requests: Sequence[Requests], *, timeout: float | None = None) -> list[RolloutResult]:
+    async def group(
+        self, requests: Sequence[RolloutRequestLike], *, timeout: float | None = None
+    ) -> list[RolloutResult]:
         return await self._run(self._group(requests, timeout))
 
     async def status(self, run_id: str, *, timeout: float | None = None) -> RunStatus:

@@ -34,7 +34,7 @@ from ._results import (
 T = TypeVar("T")
 logger = logging.getLogger("task_app_client")
 USER_AGENT = "task-app-client/0.1.0"
-Requests = RolloutRequest | Mapping[str, Any]
+RolloutRequestLike = RolloutRequest | Mapping[str, Any]
 
 
 class BaseClient:
@@ -89,17 +89,19 @@ class BaseClient:
     def _restore(self, snapshot_id: str, timeout: float | None) -> Flow[EnvState]:
         return self._send(calls.restore(snapshot_id), timeout)
 
-    def _rollout(self, request: Requests, timeout: float | None) -> Flow[RolloutResult]:
+    def _rollout(self, request: RolloutRequestLike, timeout: float | None) -> Flow[RolloutResult]:
         return self._send(calls.rollout(rollout_body(request)), timeout, waits=True)
 
-    def _submit(self, requests: Requests | Sequence[Requests], timeout: float | None) -> Flow[list[SubmittedRun]]:
+    def _submit(
+        self, requests: RolloutRequestLike | Sequence[RolloutRequestLike], timeout: float | None
+    ) -> Flow[list[SubmittedRun]]:
         return self._send(calls.submit(_bodies(requests)), timeout)
 
     def _result(self, run_id: str, timeout: float | None) -> Flow[RolloutResult]:
         deadline = self._deadline(timeout, waits=True)
         return (yield from flow.wait_for_results([run_id], self._config, deadline, self._random))[0]
 
-    def _group(self, requests: Sequence[Requests], timeout: float | None) -> Flow[list[RolloutResult]]:
+    def _group(self, requests: Sequence[RolloutRequestLike], timeout: float | None) -> Flow[list[RolloutResult]]:
         return flow.group(_bodies(requests), self._config, self._deadline(timeout, waits=True), self._random)
 
     def _status(self, run_id: str, timeout: float | None) -> Flow[RunStatus]:
@@ -123,7 +125,7 @@ class BaseClient:
         return (yield from self._send(calls.taskset(), timeout))
 
 
-def _bodies(requests: Requests | Sequence[Requests]) -> list[dict[str, Any]]:
+def _bodies(requests: RolloutRequestLike | Sequence[RolloutRequestLike]) -> list[dict[str, Any]]:
     if isinstance(requests, RolloutRequest | Mapping):
         return [rollout_body(requests)]
     return [rollout_body(request) for request in requests]

@@ -10,7 +10,7 @@ from typing import Any, TypeVar, overload
 
 import httpx
 
-from ._base import BaseClient, BaseEnv, Requests
+from ._base import BaseClient, BaseEnv, RolloutRequestLike
 from ._config import RetryPolicy, Timeout
 from ._errors import TaskAppClientError
 from ._flow import Flow, Sleep
@@ -108,11 +108,13 @@ class Client(BaseClient):
 
     # --- rollouts ---------------------------------------------------------------------------------
 
-    def rollout(self, request: Requests, *, timeout: float | None = None) -> RolloutResult:
+    def rollout(self, request: RolloutRequestLike, *, timeout: float | None = None) -> RolloutResult:
         """Run one rollout on the server and wait for its result (`POST /rollout`)."""
         return self._run(self._rollout(request, timeout))
 
-    def submit(self, requests: Requests | Sequence[Requests], *, timeout: float | None = None) -> list[SubmittedRun]:
+    def submit(
+        self, requests: RolloutRequestLike | Sequence[RolloutRequestLike], *, timeout: float | None = None
+    ) -> list[SubmittedRun]:
         """Hand one rollout or a group to the server to run in the background (`POST /rollouts`, 202)."""
         return self._run(self._submit(requests, timeout))
 
@@ -120,7 +122,7 @@ class Client(BaseClient):
         """Wait for a submitted run's result (polls `GET /runs/{run_id}/result` as its Retry-After says)."""
         return self._run(self._result(run_id, timeout))
 
-    def group(self, requests: Sequence[Requests], *, timeout: float | None = None) -> list[RolloutResult]:
+    def group(self, requests: Sequence[RolloutRequestLike], *, timeout: float | None = None) -> list[RolloutResult]:
         """Submit the rollouts as one group and wait for all their results (in request order)."""
         return self._run(self._group(requests, timeout))
 

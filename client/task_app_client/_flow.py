@@ -88,7 +88,7 @@ def should_retry(error: TaskAppClientError, cause: Exception | None, idempotent:
 def _no_answer(call: Call[Any], exc: httpx.TransportError, deadline: Deadline) -> APIConnectionError:
     what = f"{call.method} {call.path}"
     if isinstance(exc, httpx.TimeoutException):
-        return APITimeoutError(f"{what}: no answer within the call's {deadline.seconds:g} s ({type(exc).__name__})")
+        return APITimeoutError(f"{what}: {type(exc).__name__} (the call's deadline is {deadline.seconds:g} s)")
     return APIConnectionError(f"{what}: {type(exc).__name__}: {exc}")
 
 
@@ -119,7 +119,7 @@ def exchange(call: Call[T], config: Config, deadline: Deadline, rng: random.Rand
         if (
             attempt >= policy.attempts
             or not should_retry(error, cause, call.idempotent)
-            or (delay >= deadline.remaining())
+            or delay >= deadline.remaining()
         ):
             raise error from cause
         logger.info("%s %s failed (%s); retry %d in %.2f s", call.method, call.path, error, attempt, delay)

@@ -31,7 +31,11 @@ REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90.0  # a cold start under load on the shared 2-core machines
 STOP_TIMEOUT_S = 20.0
 FAKE_MODEL_LAUNCHER = Path(__file__).with_name("fake_model_process.py")
-SUITE_TESTS = REPO / "tests"  # where the server's suite keeps fake_model.py
+# Where the server's suite keeps fake_model.py (branch `structure` moves shared test code to tests/support/).
+SUITE_SUPPORT = next(
+    (folder for folder in (REPO / "tests" / "support", REPO / "tests") if (folder / "fake_model.py").exists()),
+    REPO / "tests",
+)
 
 
 def server_venv() -> Path:
@@ -150,7 +154,7 @@ def fake_model() -> Iterator[FakeModelProcess]:
     the server's interpreter, which has its dependencies (uvicorn, starlette)."""
     process = subprocess.Popen(
         [str(server_venv() / "bin" / "python"), str(FAKE_MODEL_LAUNCHER)],
-        env=child_environment(PYTHONPATH=str(SUITE_TESTS)),
+        env=child_environment(PYTHONPATH=str(SUITE_SUPPORT)),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
