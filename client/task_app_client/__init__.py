@@ -46,8 +46,9 @@ from ._results import (
     TaskSet,
     Trajectory,
 )
+from ._version import VERSION as _VERSION
 
-__version__ = "0.1.0"
+__version__ = _VERSION
 
 __all__ = [
     "APIConnectionError",

@@ -30,10 +30,11 @@ from ._results import (
     TaskInfo,
     TaskSet,
 )
+from ._version import VERSION
 
 T = TypeVar("T")
 logger = logging.getLogger("task_app_client")
-USER_AGENT = "task-app-client/0.1.0"
+USER_AGENT = f"task-app-client/{VERSION}"
 RolloutRequestLike = RolloutRequest | Mapping[str, Any]
 
 
