@@ -44,6 +44,7 @@ from ._results import (
     SubmittedRun,
     TaskInfo,
     TaskSet,
+    TaskSplit,
     Trajectory,
 )
 from ._version import VERSION as _VERSION
@@ -90,6 +91,7 @@ __all__ = [
     "TaskAppClientError",
     "TaskInfo",
     "TaskSet",
+    "TaskSplit",
     "Timeout",
     "Trajectory",
     "rollout_request",

@@ -136,11 +136,23 @@ class AsyncClient(BaseClient):
     @overload
     async def task_info(self, *, seed: int, timeout: float | None = None) -> TaskInfo: ...
     @overload
-    async def task_info(self, *, seeds: Sequence[int], timeout: float | None = None) -> list[TaskInfo]: ...
+    async def task_info(self, *, task_id: str, timeout: float | None = None) -> TaskInfo: ...
+    @overload
     async def task_info(
-        self, *, seed: int | None = None, seeds: Sequence[int] | None = None, timeout: float | None = None
+        self, *, seeds: Sequence[int], task_ids: Sequence[str] = ..., timeout: float | None = None
+    ) -> list[TaskInfo]: ...
+    @overload
+    async def task_info(self, *, task_ids: Sequence[str], timeout: float | None = None) -> list[TaskInfo]: ...
+    async def task_info(
+        self,
+        *,
+        seed: int | None = None,
+        task_id: str | None = None,
+        seeds: Sequence[int] | None = None,
+        task_ids: Sequence[str] | None = None,
+        timeout: float | None = None,
     ) -> TaskSet | TaskInfo | list[TaskInfo]:
-        return await self._run(self._task_info(seed, seeds, timeout))
+        return await self._run(self._task_info(seed, task_id, seeds, task_ids, timeout))
 
 
 class AsyncEnv(BaseEnv[AsyncClient]):
@@ -157,9 +169,14 @@ class AsyncEnv(BaseEnv[AsyncClient]):
         return await self._client._run(self._step(actions, tool_calls, extra_body, timeout))
 
     async def reset(
-        self, seed: int | None = None, *, extra_body: Mapping[str, Any] | None = None, timeout: float | None = None
+        self,
+        seed: int | None = None,
+        *,
+        task_id: str | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
     ) -> EnvState:
-        return await self._client._run(self._reset(seed, extra_body, timeout))
+        return await self._client._run(self._reset(seed, task_id, extra_body, timeout))
 
     async def snapshot(self, *, timeout: float | None = None) -> Snapshot:
         return await self._client._run(self._snapshot(timeout))

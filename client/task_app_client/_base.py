@@ -115,14 +115,21 @@ class BaseClient:
         return self._send(calls.info(), timeout)
 
     def _task_info(
-        self, seed: int | None, seeds: Sequence[int] | None, timeout: float | None
+        self,
+        seed: int | None,
+        task_id: str | None,
+        seeds: Sequence[int] | None,
+        task_ids: Sequence[str] | None,
+        timeout: float | None,
     ) -> Flow[TaskSet | TaskInfo | list[TaskInfo]]:
-        if seed is not None and seeds is not None:
-            raise ValueError("pass seed or seeds, not both")
-        if seed is not None:
-            return (yield from self._send(calls.task_infos([seed]), timeout))[0]
-        if seeds is not None:
-            return (yield from self._send(calls.task_infos(seeds), timeout))
+        one = [value for value in (seed, task_id) if value is not None]
+        if len(one) > 1 or (one and (seeds is not None or task_ids is not None)):
+            raise ValueError("pass one seed or one task_id, or lists of seeds and task_ids")
+        if seed is not None or task_id is not None:
+            single = calls.task_infos([seed] if seed is not None else [], [task_id] if task_id is not None else [])
+            return (yield from self._send(single, timeout))[0]
+        if seeds is not None or task_ids is not None:
+            return (yield from self._send(calls.task_infos(seeds or [], task_ids or []), timeout))
         return (yield from self._send(calls.taskset(), timeout))
 
 
@@ -171,8 +178,11 @@ class BaseEnv(Generic[ClientT]):
         self.done, self.reward = result.done, result.reward
         return result
 
-    def _reset(self, seed: int | None, extra_body: Mapping[str, Any] | None, timeout: float | None) -> Flow[EnvState]:
-        return self._keep((yield from self._client._send(calls.reset(self.env_id, seed, extra_body), timeout)))
+    def _reset(
+        self, seed: int | None, task_id: str | None, extra_body: Mapping[str, Any] | None, timeout: float | None
+    ) -> Flow[EnvState]:
+        call = calls.reset(self.env_id, seed, task_id, extra_body)
+        return self._keep((yield from self._client._send(call, timeout)))
 
     def _snapshot(self, timeout: float | None) -> Flow[Snapshot]:
         return self._client._send(calls.snapshot(self.env_id), timeout)

@@ -117,8 +117,11 @@ def create_env(
     return Call("POST", "/create", model(_NewEnv), {**body, **(extra_body or {})})
 
 
-def reset(env_id: str, seed: int | None, extra_body: Mapping[str, Any] | None) -> Call[EnvState]:
-    return Call("POST", "/reset", model(EnvState), {"env_id": env_id, "seed": seed, **(extra_body or {})})
+def reset(env_id: str, seed: int | None, task_id: str | None, extra_body: Mapping[str, Any] | None) -> Call[EnvState]:
+    body: dict[str, Any] = {"env_id": env_id, "seed": seed}
+    if task_id is not None:
+        body["task_id"] = task_id
+    return Call("POST", "/reset", model(EnvState), {**body, **(extra_body or {})})
 
 
 def step(env_id: str, tool_calls: list[dict[str, Any]], extra_body: Mapping[str, Any] | None) -> Call[StepResult]:
@@ -205,8 +208,9 @@ def taskset() -> Call[TaskSet]:
 _TASK_INFOS = TypeAdapter(list[TaskInfo])
 
 
-def task_infos(seeds: Sequence[int]) -> Call[list[TaskInfo]]:
+def task_infos(seeds: Sequence[int], task_ids: Sequence[str]) -> Call[list[TaskInfo]]:
     def read(response: httpx.Response) -> list[TaskInfo]:
         return _read(response, lambda body: _TASK_INFOS.validate_python(body if isinstance(body, list) else [body]))
 
-    return Call("GET", "/task_info", read, params={"seed": list(seeds)}, idempotent=True)
+    params = {"seed": list(seeds), "task_id": list(task_ids)}  # the server answers seeds first
+    return Call("GET", "/task_info", read, params=params, idempotent=True)

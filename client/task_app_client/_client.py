@@ -145,12 +145,25 @@ class Client(BaseClient):
     @overload
     def task_info(self, *, seed: int, timeout: float | None = None) -> TaskInfo: ...
     @overload
-    def task_info(self, *, seeds: Sequence[int], timeout: float | None = None) -> list[TaskInfo]: ...
+    def task_info(self, *, task_id: str, timeout: float | None = None) -> TaskInfo: ...
+    @overload
     def task_info(
-        self, *, seed: int | None = None, seeds: Sequence[int] | None = None, timeout: float | None = None
+        self, *, seeds: Sequence[int], task_ids: Sequence[str] = ..., timeout: float | None = None
+    ) -> list[TaskInfo]: ...
+    @overload
+    def task_info(self, *, task_ids: Sequence[str], timeout: float | None = None) -> list[TaskInfo]: ...
+    def task_info(
+        self,
+        *,
+        seed: int | None = None,
+        task_id: str | None = None,
+        seeds: Sequence[int] | None = None,
+        task_ids: Sequence[str] | None = None,
+        timeout: float | None = None,
     ) -> TaskSet | TaskInfo | list[TaskInfo]:
-        """The task set (no arguments), or one world (`seed`) or several (`seeds`) (`GET /task_info`)."""
-        return self._run(self._task_info(seed, seeds, timeout))
+        """The task set (no arguments), or one world by `seed` or `task_id` (`crafter/eval/17`), or
+        several (`seeds`, `task_ids`; seeds first) (`GET /task_info`)."""
+        return self._run(self._task_info(seed, task_id, seeds, task_ids, timeout))
 
 
 class Env(BaseEnv[Client]):
@@ -171,10 +184,15 @@ class Env(BaseEnv[Client]):
         return self._client._run(self._step(actions, tool_calls, extra_body, timeout))
 
     def reset(
-        self, seed: int | None = None, *, extra_body: Mapping[str, Any] | None = None, timeout: float | None = None
+        self,
+        seed: int | None = None,
+        *,
+        task_id: str | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
     ) -> EnvState:
-        """A new episode in this session (on world `seed`, or the session's own when None)."""
-        return self._client._run(self._reset(seed, extra_body, timeout))
+        """A new episode in this session: on world `seed` or task `task_id`, or the session's own world."""
+        return self._client._run(self._reset(seed, task_id, extra_body, timeout))
 
     def snapshot(self, *, timeout: float | None = None) -> Snapshot:
         """Save the env's state in the store; `Client.restore(snapshot.snapshot_id)` continues from it."""

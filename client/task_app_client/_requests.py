@@ -30,8 +30,11 @@ class _Request(BaseModel):
 
 
 class EnvSpec(_Request):
+    """The world: a `seed`, or a `task_id` (`crafter/eval/17`: a split's task), or neither (a random one)."""
+
     env_name: str = ENV_NAME
     seed: int | None = None
+    task_id: str | None = None
     config: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -60,6 +63,7 @@ class RolloutRequest(_Request):
 def rollout_request(
     *,
     seed: int | None = None,
+    task_id: str | None = None,
     policy: str = SCRIPTED_POLICY,
     policy_config: Mapping[str, Any] | None = None,
     decisions: int = 10,
@@ -69,7 +73,8 @@ def rollout_request(
     record: Mapping[str, Any] | None = None,
     **fields: Any,
 ) -> RolloutRequest:
-    """A rollout of `decisions` agent/env turns of `policy` on world `seed` (a fresh run_id unless given).
+    """A rollout of `decisions` agent/env turns of `policy` on world `seed` or task `task_id` (a fresh
+    run_id unless given).
 
     `policy_config` is the policy's config (for `crafter-react`: `model`, `inference_url`, ...); its
     `max_llm_calls` defaults to `decisions`. `fields` are further body fields (`safety`, `on_done`, ...).
@@ -80,7 +85,7 @@ def rollout_request(
     return RolloutRequest(
         run_id=run_id or new_run_id(),
         mode=mode,
-        env=EnvSpec(seed=seed, config=dict(env_config or {})),
+        env=EnvSpec(seed=seed, task_id=task_id, config=dict(env_config or {})),
         policy=PolicySpec(policy_name=policy, config=config),
         ops=["agent", "env"] * decisions,
         record=dict(record or {}),

@@ -45,6 +45,7 @@ class Observation(_Answer):
 
 class EnvInfo(_Answer):
     seed: int | None = None
+    task_id: str | None = None  # the world's task id (e.g. crafter/eval/17); None for a non-default area
     episode: int | None = None
     done: bool = False
 
@@ -182,8 +183,24 @@ class AbortResult(_Answer):
 # --- the task -----------------------------------------------------------------------------------
 
 
+class TaskSplit(_Answer):
+    """A split: `train` (ORS type "train") or the held-out `eval` ("test"), its seeds `[first, last]`
+    and its task ids' template (`crafter/eval/{index}`, 0 <= index < num_tasks)."""
+
+    name: str
+    type: str | None = None
+    num_tasks: int = 0
+    seeds: list[int] = Field(default_factory=list)
+    task_ids: str | None = None
+
+    def task_id(self, index: int) -> str:
+        if self.task_ids is None or not 0 <= index < self.num_tasks:
+            raise ValueError(f"split {self.name!r} has no task {index}")
+        return self.task_ids.format(index=index)
+
+
 class TaskSet(_Answer):
-    """The task set (`GET /task_info` without seeds): its splits, seed range and world config."""
+    """The task set (`GET /task_info` without arguments): its splits, seed range and world config."""
 
     id: str
     name: str | None = None
@@ -194,11 +211,21 @@ class TaskSet(_Answer):
     seed_range: list[int] | None = None
     default_seed: int | None = None
     config: dict[str, Any] = Field(default_factory=dict)
+    task_id_format: str | None = None
+    task_splits: list[TaskSplit] = Field(default_factory=list)
+
+    def split(self, name: str) -> TaskSplit:
+        for split in self.task_splits:
+            if split.name == name:
+                return split
+        raise KeyError(f"no split {name!r}; this task set has {[split.name for split in self.task_splits]}")
 
 
 class TaskInfo(_Answer):
-    """One world (`GET /task_info?seed=N`): its dataset entry (seed, difficulty), limits, actions, traits."""
+    """One world (`GET /task_info?seed=N` or `?task_id=ID`): its dataset entry (seed, split, difficulty),
+    limits, actions, traits."""
 
+    task_id: str | None = None
     task: dict[str, Any] = Field(default_factory=dict)
     environment: str | None = None
     dataset: dict[str, Any] = Field(default_factory=dict)
@@ -213,6 +240,11 @@ class TaskInfo(_Answer):
     def seed(self) -> int | None:
         seed = self.dataset.get("seed")
         return seed if isinstance(seed, int) else None
+
+    @property
+    def split(self) -> str | None:
+        split = self.dataset.get("split")
+        return split if isinstance(split, str) else None
 
     @property
     def actions(self) -> list[str]:

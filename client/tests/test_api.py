@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import json
 import re
 from typing import Any
 
@@ -248,3 +249,66 @@ def test_rollout_requests_get_a_run_id_once() -> None:
     raw = rollout_body({"mode": "eval"})
     assert raw["run_id"].startswith("client-") and rollout_body({"run_id": "mine"}) == {"run_id": "mine"}
     assert RolloutRequest(run_id="r", future_option=1).body()["future_option"] == 1
+
+
+# --- task ids (docs/contract.md's tasks and splits), on the wire --------------------------------------
+
+TASKSET = {
+    "taskset": {
+        "id": "crafter_classic_procedural",
+        "splits": ["train", "eval"],
+        "task_id_format": "crafter/{split}/{index}",
+        "task_splits": [
+            {"name": "train", "type": "train", "num_tasks": 2147483392, "seeds": [0, 2147483391],
+             "task_ids": "crafter/train/{index}"},
+            {"name": "eval", "type": "test", "num_tasks": 256, "seeds": [2147483392, 2147483647],
+             "task_ids": "crafter/eval/{index}"},
+        ],
+    }
+}  # fmt: skip
+TASK_INFO = {"task_id": "crafter/eval/17", "dataset": {"seed": 2147483409, "split": "eval", "task_index": 17}}
+ENV = {
+    "env_id": "e1",
+    "observation": {"text": "Step 0/10000"},
+    "info": {"seed": 2147483409, "task_id": "crafter/eval/17"},
+}
+
+
+def _recording(sent: list[httpx.Request]) -> httpx.MockTransport:
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        if request.url.path == "/task_info":
+            return httpx.Response(200, json=TASK_INFO if request.url.params else TASKSET)
+        return httpx.Response(200, json=ENV if request.url.path == "/create" else {**ENV, "env_id": None})
+
+    return httpx.MockTransport(answer)
+
+
+def test_task_ids_go_where_seeds_go() -> None:
+    sent: list[httpx.Request] = []
+    with Client("http://app.test", "k", transport=_recording(sent)) as client:
+        env = client.env(task_id="crafter/eval/17")
+        assert env.info.task_id == "crafter/eval/17"
+        env.reset(task_id="crafter/eval/18")
+        one = client.task_info(task_id="crafter/eval/17")
+        assert (one.task_id, one.split, one.seed) == ("crafter/eval/17", "eval", 2147483409)
+        client.task_info(seeds=[1], task_ids=["crafter/eval/3"])
+        taskset = client.task_info()
+    create, reset, single, several, _ = (json.loads(request.content or b"null") for request in sent)
+    assert create["task_id"] == "crafter/eval/17" and create["seed"] is None
+    assert reset == {"env_id": "e1", "seed": None, "task_id": "crafter/eval/18"}
+    assert sent[2].url.params.get_list("task_id") == ["crafter/eval/17"]
+    assert (sent[3].url.params.get_list("seed"), sent[3].url.params.get_list("task_id")) == (["1"], ["crafter/eval/3"])
+    assert taskset.splits == ["train", "eval"]
+    assert taskset.split("eval").task_id(17) == "crafter/eval/17"
+    assert taskset.split("eval").type == "test"
+    with pytest.raises(ValueError, match="no task 256"):
+        taskset.split("eval").task_id(256)
+    assert rollout_request(task_id="crafter/eval/17").body()["env"] == {
+        "env_name": "crafter",
+        "task_id": "crafter/eval/17",
+        "config": {},
+    }
+    with Client("http://app.test", "k", transport=_recording([])) as client:
+        with pytest.raises(ValueError, match="one seed or one task_id"):
+            client.task_info(seed=1, task_id="crafter/eval/1")
