@@ -10,11 +10,15 @@ Shell blocks run under `bash -eu` with `curl` failing on an HTTP error status or
 anywhere in a pipeline or a `$(...)`, so an example that gets a 4xx fails here though a reader's
 `curl -s` would only print the error (a pipe that `head` closes early is no failure). A block
 that cannot run here (Modal, a server that runs forever, an install) is preceded by
-`<!-- not run: reason -->`, which the page does not show.
+`<!-- not run: reason -->`, which the page does not show. A Python block that imports a client this
+virtualenv does not have (`openenv` lives in the `openenv` extra, not in `dev`) is skipped, naming it:
+run this file in a virtualenv with that extra to cover it.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import os
 import re
 import subprocess
@@ -130,6 +134,17 @@ def _environment(app: AppServer) -> dict[str, str]:
     return env
 
 
+def _missing_imports(code: str) -> list[str]:
+    """The top-level modules a Python example imports that this interpreter cannot find."""
+    names = set()
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return sorted(name for name in names if importlib.util.find_spec(name) is None)
+
+
 def _console_commands(code: str) -> str:
     """The commands of a console transcript: `$ ` lines and their `\\` continuations; output dropped."""
     commands: list[str] = []
@@ -151,6 +166,8 @@ def test_the_example_runs(example: Example, live_app: AppServer, fake_model: Fak
     fake_model.default = tool_call("move_left", "do")
     fake_model.tokens = "vllm"
     if example.kind == "python":
+        if missing := _missing_imports(code):
+            pytest.skip(f"needs {', '.join(missing)}, not installed in this virtualenv")
         command = [sys.executable, "-c", code]
     else:
         script = code if example.kind == "shell" else _console_commands(code)
