@@ -1,7 +1,7 @@
 """MkDocs hook: the configuration page's tables, generated from `task_app.core.settings.Settings`.
 
 A page line `<!-- settings-table -->` becomes one table per section of the class (its `# --- name ---`
-comments), one row per field: the setting, its environment variable, type, default and docstring. A
+comments), one row per field: its environment variable and name, type, default and docstring. A
 field without a docstring is a warning, which `mkdocs build --strict` turns into a failed build, so
 the page cannot fall behind the class.
 """
@@ -89,7 +89,7 @@ def type_text(field: FieldInfo) -> str:
 def _number(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    return f"{value:,}".replace(",", " ") if isinstance(value, int) and abs(value) >= 100_000 else str(value)
+    return f"{value:,}".replace(",", "\u202f") if isinstance(value, int) and abs(value) >= 100_000 else str(value)
 
 
 def default_text(field: FieldInfo) -> str:
@@ -112,15 +112,15 @@ def _cell(text: str) -> str:
 def table() -> str:
     out: list[str] = []
     for title, names in sections():
-        out += [f"### {title[:1].upper()}{title[1:]}", "", "| Setting | Variable | Type | Default | Description |"]
-        out.append("|---|---|---|---|---|")
+        out += [f"### {title[:1].upper()}{title[1:]}", "", "| Variable (setting) | Type | Default | Description |"]
+        out.append("|---|---|---|---|")
         for name in names:
             field = Settings.model_fields[name]
             if not field.description:
                 log.warning("Settings.%s has no docstring: the configuration page cannot describe it", name)
-            names_ = " or ".join(f"`{variable}`" for variable in variables(name, field))
-            row = (name, names_, type_text(field), default_text(field), _cell(field.description or ""))
-            out.append("| " + " | ".join((f"`{row[0]}`", *row[1:])) + " |")
+            names = " or ".join(f"`{variable}`" for variable in variables(name, field))
+            row = (f"{names}<br>(`{name}`)", type_text(field), default_text(field), _cell(field.description or ""))
+            out.append("| " + " | ".join(row) + " |")
         out.append("")
     return "\n".join(out)
 
