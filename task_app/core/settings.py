@@ -61,13 +61,13 @@ class Settings(BaseSettings):
     max_concurrent_rollouts: int = Field(default=256, ge=1, le=100_000)
     """Rollouts in flight per process; one more is a 429 with `Retry-After`."""
     # Crafter work holds the GIL, so threads add no parallelism, only contention with the event loop:
-    # 2 lets one world generation run beside the steps (benchmarks/ B3: 8 threads cost ~10 % throughput).
+    # 2 lets one world generation run beside the steps (more threads cost throughput: docs/performance.md).
     worker_threads: int = Field(default=2, ge=1, le=256)
     """Threads for crafter work that leaves the event loop (world generation, frames, long rollouts' ends)."""
     # Python runs on one core per process: `task-app serve` starts this many app processes on one
     # port (uvicorn's workers) to use the others. Each keeps its own world cache, trace writer, limits
     # and metrics; env sessions and runs must be shared, so more than 1 needs a state store other
-    # than memory (benchmarks/ B3 and B8 with 1 and 2 processes).
+    # than memory (docs/fleet.md; docs/performance.md has one and two processes).
     processes: int = Field(default=1, ge=1, le=64)
     """App processes `task-app serve` runs on its one port; more than 1 needs a shared `TASKAPP_STATE_BACKEND`."""
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
