@@ -1,4 +1,4 @@
-"""The Crafter task app on Modal: `modal deploy modal_app.py` (the README's deploy section: calling, tuning).
+"""The Crafter task app on Modal: `modal deploy modal_app.py` (docs/modal.md: calling, tuning).
 
     image   debian_slim(3.11) ─ uv pip install <pyproject dependencies> ─ numba cache warmed at build
             ─ env: the deploy knobs below + TASKAPP_MAX_TIME_S, TASKAPP_MAX_CONCURRENT_ROLLOUTS,
@@ -102,7 +102,7 @@ class DeployConfig:
     max_containers: int = 10
     buffer_containers: int = 0
     scaledown_window_s: int = 300
-    # Sized for models of 1-5 s a call (README, "Concurrency, containers"; the 200 ms profile there is 64/32).
+    # Sized for models of 1-5 s a call (docs/modal.md; docs/performance.md has a fast model's profile, 64/96).
     max_inputs: int = 512  # concurrent requests (rollouts + health/info calls) per container
     target_inputs: int = 256  # what the autoscaler aims for; bursts go up to max_inputs
     cpu: float = 1.0  # physical cores (2 vCPUs): the event loop, and the worker thread beside it

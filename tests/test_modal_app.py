@@ -63,7 +63,7 @@ def _import_modal_app(name: str = "modal_app") -> Any:
 
 
 modal_app = _import_modal_app()
-README = ROOT / "README.md"
+DEPLOY_PAGE = ROOT / "docs" / "modal.md"
 # What a wheel of the package carries (CI installs one and runs the demo): its modules and its package data.
 PACKAGE_DATA_DIRS = ("task_app/data/rubrics", "task_app/inspection/templates")
 PACKAGE_FILES = sorted(
@@ -76,11 +76,8 @@ PACKAGE_FILES = sorted(
 
 
 def deploy_section() -> str:
-    """The README's deploy section: what a user with a Modal account reads."""
-    text = README.read_text()
-    start = text.index("## Deploying on Modal")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else None]
+    """The docs' deploy page: what a user with a Modal account reads."""
+    return DEPLOY_PAGE.read_text()
 
 
 OPENAI_KEY = "sk-proj-Zx8CvBnMqWeRtYuI"

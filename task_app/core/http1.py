@@ -6,8 +6,8 @@
 
 Every decision of every rollout makes one such call, and aiohttp's machinery for it (request and
 response objects, header multidicts, a timer rescheduled per read, several tasks and callbacks) was
-~25 % of the server's GIL samples in B1; through this pool it is ~3 %, and B1's server CPU per
-decision went 2.37 -> 2.03 ms (benchmarks/, same-period A/B). It does only what that call needs:
+a quarter of the server's GIL samples; through this pool it is a small fraction
+(docs/decisions/http-client.md). It does only what that call needs:
 no redirects, cookies, proxies, compression or streaming (`core.outbound` keeps aiohttp for streams).
 
 - Time limits: `connect_s` bounds the wait for a free connection plus connecting (TCP, TLS);
@@ -140,7 +140,7 @@ class _Connection(asyncio.Protocol):
         # The parser refers to this protocol, and a failed answer's exception (in the waiter) to the
         # frames that hold it: without both, a lost connection is freed with its last reference, not at
         # the next full garbage collection, and so is what it read (up to `max_bytes` of a refused
-        # answer; benchmarks/ soak, 3 minutes: RSS 1.05-1.1 GB -> 0.37-0.41 GB).
+        # answer; the soak's RSS plateau fell to a third: docs/performance.md).
         del self._parser
         self._waiter, self._body = None, []
 

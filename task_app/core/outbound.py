@@ -1,9 +1,9 @@
 """Outbound HTTP: the app's one client (`Outbound`), one capped POST for model servers, vendors and run callbacks,
 and one streamed POST for the proxies' `stream: true`.
 
-Every decision of every rollout makes one POST, so its CPU counts (benchmarks/, B1): it goes through
-`core.http1`'s keep-alive pool (0.34 ms of server CPU per decision less than aiohttp, which was
-cheaper than httpx); the streams, rare and long, through aiohttp. The callers see only
+Every decision of every rollout makes one POST, so its CPU counts: it goes through `core.http1`'s
+keep-alive pool (cheaper per decision than aiohttp, which was cheaper than httpx:
+docs/decisions/http-client.md); the streams, rare and long, through aiohttp. The callers see only
 `post`, `open_stream` and their outcomes:
 
     Answer           any HTTP status; the body read up to `max_bytes` (2xx) or `ERROR_BODY_BYTES` (others)

@@ -6,7 +6,7 @@
 
 The target / params / auth helpers are pure functions so the vendor proxy routes can reuse them.
 
-Retry policy (the seed retried for over an hour and never retried connection errors, defect 41):
+Retry policy (the old system retried for over an hour and never retried connection errors):
 connection errors, timeouts, 429 and 5xx are retried with exponential backoff plus jitter, at most
 `max_attempts` times, and never past the deadline: a wait that would end after it is not started,
 and each attempt is bounded in total by min(connect + read timeout, remaining time + DEADLINE_GRACE_S).
@@ -47,7 +47,7 @@ logger = logging.getLogger(__name__)
 CHAT_PATH = "/chat/completions"
 JSON_TYPE = "application/json"
 DEFAULT_PATH = "/v1" + CHAT_PATH
-DEFAULT_MAX_TOKENS = 512  # CONTRACT §2 default
+DEFAULT_MAX_TOKENS = 512  # the contract's default (docs/contract.md)
 # Reasoning models spend completion tokens on hidden reasoning; 512 would often end in an empty answer.
 DEFAULT_REASONING_MAX_TOKENS = 4096
 PROVIDER_OPENAI, PROVIDER_GROQ, PROVIDER_CUSTOM = "openai", "groq", "custom"
@@ -90,8 +90,8 @@ def chat_completions_url(url: str) -> str:
 
     `https://h` → `https://h/v1/chat/completions`; `.../v1` → `.../v1/chat/completions`;
     `.../chat/completions` unchanged; any other path (e.g. this app's `/proxy/groq`) gets
-    `/v1/chat/completions`. Never `/v1/v1` (the seed's defect 47). A path that a caller glued after
-    the query (`https://h?cid=x/v1/chat/completions`) is moved back into the path, as the seed did.
+    `/v1/chat/completions`. Never `/v1/v1` (the old system's defect). A path that a caller glued after
+    the query (`https://h?cid=x/v1/chat/completions`) is moved back into the path, as the old system did.
     """
     parts = urlsplit(url.strip())
     path, query = parts.path, parts.query
@@ -165,7 +165,7 @@ def resolve_target(
     - `inference_url` wins; otherwise `provider` picks settings.openai_base_url / groq_base_url.
     - Key: the caller's `api_key` if given; else the app's vendor key, but only when the URL's host
       *is* that vendor's host (a trainer's own server never receives our OpenAI/Groq key).
-    - A provider route without any key is refused up front (503), never silently rerouted (defect 45).
+    - A provider route without any key is refused up front (503), never silently rerouted (as the old system did).
     """
     if inference_url:
         url = chat_completions_url(inference_url)

@@ -10,7 +10,7 @@
 Shapes as openenv-core's server writes them: an observation reply is `{"observation": {...}, "reward",
 "done"}` (its `serialize_observation`), an error `{"type": "error", "data": {"message", "code", ...}}`.
 An action is `{"actions": [...]}` (names or ids, executed in order), `{"action": name}` or
-`{"tool_calls": [...]}` in any shape CONTRACT §5 accepts.
+`{"tool_calls": [...]}` in any shape docs/contract.md ("The tool") accepts.
 """
 
 from __future__ import annotations

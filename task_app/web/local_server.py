@@ -27,7 +27,7 @@ class _ThreadServer(uvicorn.Server):
 def bind_socket(host: str, port: int) -> socket.socket:
     """A TCP socket bound for uvicorn to listen on. IPPROTO_TCP explicitly: asyncio sets TCP_NODELAY only
     on connections accepted from a socket that names it (uvicorn's own `bind_socket` does not), and
-    without it a response written in two parts waits ~40 ms for the client's delayed ACK."""
+    without it a response written in two parts waits for the client's delayed ACK."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
