@@ -119,6 +119,13 @@ class Settings(BaseSettings):
     sessions_checkpoint_every: int = Field(default=50, ge=1, description="a checkpoint every N log entries")
     openenv_max_sessions: int = Field(default=64, ge=1, description="OpenEnv WebSocket sessions per process")
     openenv_token_ttl_s: float = Field(default=3600.0, ge=1, description="longest OpenEnv session-token lifetime")
+    # --- the standard doors for agents and trainers: MCP at /mcp, the Open Reward Standard on its own port --
+    mcp_max_in_flight: int = Field(
+        default=256, ge=1, le=100_000, description="MCP requests served at once per process (more: 429)"
+    )
+    ors_port: int | None = Field(
+        default=None, ge=0, le=65535, description="`task-app serve`: also serve the Open Reward Standard here"
+    )
 
     # --- runs across the fleet (the run registry in the state store), async submission ----------
     runs_ttl_s: float = Field(default=86_400.0, ge=60, description="how long a finished run_id is remembered")

@@ -1,0 +1,148 @@
+"""The Open Reward Standard on its own port, tested with the `openreward` client from PyPI: it lists the
+splits and tasks, plays an episode to `finished`, and its calls land on env sessions in the state store,
+so a session created on one app process is continued on another; bad input and caps get precise statuses."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from conftest import ALIAS_KEY, TEST_KEY, assert_response_keeps_keys
+from conftest import expect_error as error
+from openreward import OpenReward
+from openreward.api.environments.types import ToolOutput
+from openreward.environments.types import ListToolsOutput, RunToolOutput, Split
+from pydantic import TypeAdapter
+
+from task_app.core.settings import Settings
+from task_app.web.local_server import serve_with_ors_in_thread
+from task_app.web.server import create_app
+
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("no_key_in_logs")]
+
+SHORT_EPISODE = 24  # crafter steps: an episode ends (truncated) within a few calls
+
+
+@pytest.fixture(autouse=True)
+def no_update_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client asks PyPI for a newer version of itself unless told not to (tests reach only loopback)."""
+    monkeypatch.setenv("OPENREWARD_DISABLE_UPDATE_CHECK", "1")
+
+
+class Doors:
+    def __init__(self, main_url: str, ors_url: str) -> None:
+        self.main_url, self.ors_url = main_url, ors_url
+
+    def http(self, key: str | None = TEST_KEY, **headers: str) -> httpx.Client:
+        merged = {"X-API-Key": key} if key is not None else {}
+        merged.update(headers)
+        return httpx.Client(base_url=self.ors_url, headers=merged, timeout=15.0, trust_env=False)
+
+
+@pytest.fixture(scope="module")
+def doors(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Doors]:
+    settings = Settings(
+        environment_api_key=TEST_KEY,
+        environment_api_key_aliases=[ALIAS_KEY],
+        traces_db=tmp_path_factory.mktemp("ors") / "traces.db",
+        episode_length=SHORT_EPISODE,
+        warm_up=False,
+    )
+    with serve_with_ors_in_thread(create_app(settings)) as (main_url, ors_url):
+        yield Doors(main_url, ors_url)
+
+
+def sdk_env(doors: Doors, key: str = TEST_KEY) -> Any:
+    client = OpenReward(api_key=key, base_url=doors.ors_url)
+    return client, client.environments.get("crafter", base_url=doors.ors_url)
+
+
+def test_the_client_lists_splits_and_tasks(doors: Doors) -> None:
+    client, env = sdk_env(doors)
+    with client:
+        assert env.list_splits() == ["train"]
+        assert env.num_tasks("train") > 1_000_000
+        task = env.get_task("train", 7)
+        assert task.task_spec == {"task_id": "crafter/train/7", "split": "train", "index": 7, "seed": 7}
+        assert [t.task_spec["index"] for t in env.get_task_range("train", 3, 6)] == [3, 4, 5]
+        tools = env.list_tools()
+        assert [tool.name for tool in tools] == ["interact_many"]
+        assert tools[0].input_schema["required"] == ["actions"]
+
+
+def test_the_client_plays_an_episode_to_finished(doors: Doors) -> None:
+    client, env = sdk_env(doors)
+    outputs: list[ToolOutput] = []
+    with client, env.session(split="train", index=3) as session:
+        prompt = session.get_prompt()
+        assert "Crafter" in prompt[0].text and "interact_many" in prompt[0].text
+        for _ in range(SHORT_EPISODE):
+            output = session.call_tool("interact_many", {"actions": ["move_left", "do", "noop"]})
+            outputs.append(output)
+            if output.finished:
+                break
+    assert outputs[-1].finished and not any(output.finished for output in outputs[:-1])
+    assert all(isinstance(output.reward, float) for output in outputs)
+    last = outputs[-1].metadata
+    assert last is not None and last["truncated"] and last["task_id"] == "crafter/train/3"
+    assert {"achievements_added", "actions", "rejected", "step_idx"} <= set(last)
+    assert "The episode is over" in outputs[-1].blocks[0].text
+
+
+def test_answers_have_the_sdk_servers_shapes(doors: Doors) -> None:
+    with doors.http() as http:
+        assert ListToolsOutput.model_validate(http.get("/tools").json())
+        assert [Split.model_validate(split) for split in http.get("/crafter/splits").json()]
+        created = http.post("/create_session")
+        assert created.headers["content-type"].startswith("text/event-stream")
+        sid = created.text.split("event: task_id\ndata: ")[1].split("\n")[0]
+        response = http.post("/create", json={"split": "train", "index": 1}, headers={"X-Session-ID": sid})
+        assert response.json() == {"sid": sid}
+        call = http.post(
+            "/crafter/call",
+            json={"name": "interact_many", "input": {"actions": ["noop"]}},
+            headers={"X-Session-ID": sid},
+        )
+        end = call.text.split("event: end\ndata: ")[1].split("\n")[0]
+        assert TypeAdapter(RunToolOutput).validate_json(end).root.ok
+        assert http.post("/delete", headers={"X-Session-ID": sid}).json() == {"sid": sid}
+        error(http.get("/prompt", headers={"X-Session-ID": sid}), 404, "ors_session_not_found")
+
+
+def test_every_route_wants_the_key(doors: Doors) -> None:
+    with doors.http(key=None) as http:
+        error(http.get("/list_environments"), 401, "unauthorized")
+        error(http.post("/create_session"), 401, "unauthorized")
+        error(
+            http.post("/create", json={"split": "train", "index": 1}, headers={"X-Session-ID": "x" * 22}),
+            401,
+            "unauthorized",
+        )
+        assert http.get("/health").json() == {"status": "ok"}
+    with doors.http(key="wrong") as http:
+        error(http.post("/crafter/call", json={"name": "interact_many", "input": {}}), 401, "unauthorized")
+
+
+def test_bad_input_gets_precise_statuses(doors: Doors) -> None:
+    with doors.http() as http:
+        error(http.post("/create", json={"split": "train", "index": 1}), 400, "missing_session_id")
+        sid = "A" * 22
+        error(
+            http.post("/create", json={"split": "nope", "index": 1}, headers={"X-Session-ID": sid}),
+            400,
+            "unknown_split",
+        )
+        error(http.post("/create", json={"split": "train"}, headers={"X-Session-ID": sid}), 422, "invalid_request")
+        error(http.post("/task", json={"split": "train", "index": 2**40}), 400, "task_index_out_of_range")
+        error(http.get("/chess/tools"), 404, "unknown_environment")
+        error(
+            http.post("/call", json={"name": "interact_many", "input": {}}, headers={"X-Session-ID": sid}),
+            404,
+            "ors_session_not_found",
+        )
+        error(http.post("/tasks", json={"split": "train"}), 400, "too_many_tasks")
+        response = http.post("/create", content=b"{", headers={"X-Session-ID": sid, "content-type": "application/json"})
+        error(response, 400, "invalid_json")
+        assert_response_keeps_keys(response)
