@@ -31,16 +31,15 @@ from ...core import json_codec
 from ...core.errors import BadRequest, Gone, InvalidRequest, NotFound
 from ...game import TOOL_NAME
 from ...policy.prompts import system_prompt, tool_schema, turn_text
-from ...sessions import EnvView, build_spec
 from ...sessions.ors_sessions import OrsSession, OrsSessions, already_created
-from ...sessions.views import step_info
+from .. import episodes
 from ..auth import check_api_key
 from ..responses import JSONBytes
 from ..state import AppState
 from ..strict_json import StrictJSONRoute
 from .models import CreateEpisode, SplitQuery, TaskQuery, TaskRangeQuery, ToolCall
 
-ENV_NAME = "crafter"
+ENV_NAME = episodes.ENV_NAME
 CHUNK_CHARS = 4096  # the client joins `chunk` events up to the `end` event
 RESUME_WAIT_S = 30.0  # how long a reconnecting call waits for the answer of the call it resumes
 RESUME_POLL_S = 0.05
@@ -80,32 +79,11 @@ def _ors(state: AppState) -> OrsSessions:
     return OrsSessions(state.sessions.store, state.settings.sessions_ttl_s)
 
 
-# --- tasks ---------------------------------------------------------------------------------------
-
-
-def _splits(state: AppState) -> list[dict[str, str]]:
-    return [{"name": "train", "type": "train"}]
-
-
-def _num_tasks(state: AppState, split: str) -> int:
-    if split != "train":
-        raise BadRequest(f"unknown split; this server has {[s['name'] for s in _splits(state)]}", code="unknown_split")
-    return state.settings.max_seed + 1
-
-
-def _task(state: AppState, split: str, index: int) -> dict[str, Any]:
-    count = _num_tasks(state, split)
-    if not -count <= index < count:
-        raise BadRequest(f"index out of range: the {split} split has {count} tasks", code="task_index_out_of_range")
-    index %= count
-    return {"task_id": f"{ENV_NAME}/{split}/{index}", "split": split, "index": index, "seed": index}
-
-
 def _task_from_spec(state: AppState, spec: dict[str, Any]) -> dict[str, Any]:
     split, index = spec.get("split"), spec.get("index")
     if not isinstance(split, str) or isinstance(index, bool) or not isinstance(index, int):
         raise InvalidRequest("task_spec must be a task from /tasks or /task (it names its split and index)")
-    return _task(state, split, index)
+    return episodes.task(state.settings, split, index)
 
 
 # --- discovery -----------------------------------------------------------------------------------
@@ -134,34 +112,38 @@ async def tools(state: State) -> JSONBytes:
 
 
 async def splits(state: State) -> JSONBytes:
-    return JSONBytes(_splits(state))
+    return JSONBytes(episodes.splits(state.settings))
 
 
 async def tasks(body: SplitQuery, state: State) -> JSONBytes:
-    count = _num_tasks(state, body.split)
+    count = episodes.num_tasks(state.settings, body.split)
     if count > MAX_LISTED_TASKS:
         raise BadRequest(
             f"the {body.split} split has {count} tasks, too many to list: use /num_tasks and /task (or /task_range)",
             code="too_many_tasks",
         )
-    return JSONBytes({"tasks": [_task(state, body.split, index) for index in range(count)], "env_name": ENV_NAME})
+    return JSONBytes(
+        {"tasks": [episodes.task(state.settings, body.split, index) for index in range(count)], "env_name": ENV_NAME}
+    )
 
 
 async def num_tasks(body: SplitQuery, state: State) -> JSONBytes:
-    return JSONBytes({"num_tasks": _num_tasks(state, body.split)})
+    return JSONBytes({"num_tasks": episodes.num_tasks(state.settings, body.split)})
 
 
 async def task(body: TaskQuery, state: State) -> JSONBytes:
-    return JSONBytes({"task": _task(state, body.split, body.index), "env_name": ENV_NAME})
+    return JSONBytes({"task": episodes.task(state.settings, body.split, body.index), "env_name": ENV_NAME})
 
 
 async def task_range(body: TaskRangeQuery, state: State) -> JSONBytes:
-    count = _num_tasks(state, body.split)
+    count = episodes.num_tasks(state.settings, body.split)
     indices = range(count)[body.start : body.stop]
     limit = state.settings.task_info_max_seeds
     if len(indices) > limit:
         raise BadRequest(f"at most {limit} tasks per /task_range, asked for {len(indices)}", code="too_many_tasks")
-    return JSONBytes({"tasks": [_task(state, body.split, index) for index in indices], "env_name": ENV_NAME})
+    return JSONBytes(
+        {"tasks": [episodes.task(state.settings, body.split, index) for index in indices], "env_name": ENV_NAME}
+    )
 
 
 # --- sessions ------------------------------------------------------------------------------------
@@ -201,9 +183,8 @@ async def create(body: CreateEpisode, state: State, x_session_id: SessionId = No
     if body.task_spec is not None:
         spec_task = _task_from_spec(state, body.task_spec)
     else:  # the model's validator: split and index are both given
-        spec_task = _task(state, str(body.split), int(body.index or 0))
-    spec = build_spec(ENV_NAME, {}, int(spec_task["seed"]), None, state.settings)
-    view = await state.sessions.envs.create(spec)
+        spec_task = episodes.task(state.settings, str(body.split), int(body.index or 0))
+    view = await episodes.start(state, spec_task)
     if not await _ors(state).bind(sid, view.env_id, spec_task):
         with anyio.CancelScope(shield=True), suppress(NotFound, Gone):
             await state.sessions.envs.terminate(view.env_id)
@@ -248,22 +229,6 @@ def _tool_error(message: str, reason: str) -> str:
     return json_codec.dumps({"ok": False, "error": message, "reason": reason})
 
 
-def _result_text(state: AppState, view: EnvView) -> str:
-    info = step_info(view)
-    lines = [f"Ran: {', '.join(info['actions']) or 'nothing'}."]
-    if info["rejected"]:
-        lines.append(
-            "Rejected: " + "; ".join(f"{item.get('action')} ({item.get('reason')})" for item in info["rejected"])
-        )
-    if info["achievements_added"]:
-        lines.append(f"Unlocked: {', '.join(info['achievements_added'])}.")
-    lines.append(f"Reward: {view.reward:+g}.")
-    if view.done:
-        ending = "the time limit was reached" if view.truncated else "the player died"
-        return "\n".join([*lines, f"The episode is over: {ending}.", "", view.observation.text])
-    return turn_text(view.observation.text, state.settings.max_actions_per_decision, "\n".join(lines))
-
-
 async def _run_tool(state: AppState, session: OrsSession, name: str, given: dict[str, Any]) -> str:
     """The call's answer, as the client's `RunToolOutput` JSON."""
     if name != TOOL_NAME:
@@ -279,10 +244,10 @@ async def _run_tool(state: AppState, session: OrsSession, name: str, given: dict
         return _tool_error(f"Tool input validation error: {exc.message}", "input_validation")
     if view.episode_over:
         return _tool_error("the episode is over; delete this session and start another", "episode_finished")
-    metadata = {**step_info(view), "task_id": session.task.get("task_id"), "step_idx": view.step_idx}
-    metadata["truncated"] = view.truncated
+    metadata = {**episodes.step_facts(view), "task_id": session.task.get("task_id")}
+    text = episodes.result_text(view, state.settings.max_actions_per_decision)
     output = {
-        "blocks": _prompt_blocks(state, _result_text(state, view)),
+        "blocks": _prompt_blocks(state, text),
         "metadata": metadata,
         "reward": view.reward,
         "finished": view.done,
