@@ -4,6 +4,7 @@ episode to `done`, snapshots and restores, continues an episode on a second app 
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -179,3 +180,15 @@ def test_requests_over_the_in_flight_cap_get_429_with_retry_after(make_app_serve
         error(response, 429, "mcp_busy")
         assert response.headers["Retry-After"] == "1"
         held.sendall(b" " * 99)
+
+
+def test_the_docs_example_runs(
+    short_app: AppServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    doc = Path(__file__).resolve().parent.parent / "docs" / "doors" / "mcp.md"
+    example = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)[0]
+    monkeypatch.setenv("TASKAPP_URL", short_app.base_url)
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", TEST_KEY)
+    exec(compile(example, str(doc), "exec"), {})  # the page's own code, nothing else
+    assert "return:" in capsys.readouterr().out
+    assert short_app.state.sessions.envs.stats()["live"] == 0  # the example ended its episode

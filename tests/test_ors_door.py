@@ -4,7 +4,9 @@ so a session created on one app process is continued on another; bad input and c
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +24,7 @@ from task_app.web.server import create_app
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("no_key_in_logs")]
 
+DOC = Path(__file__).resolve().parent.parent / "docs" / "doors" / "ors.md"
 SHORT_EPISODE = 24  # crafter steps: an episode ends (truncated) within a few calls
 
 
@@ -87,7 +90,7 @@ def test_the_client_plays_an_episode_to_finished(doors: Doors) -> None:
     assert all(isinstance(output.reward, float) for output in outputs)
     last = outputs[-1].metadata
     assert last is not None and last["truncated"] and last["task_id"] == "crafter/train/3"
-    assert {"achievements_added", "actions", "rejected", "step_idx"} <= set(last)
+    assert {"unlocks", "actions", "rejected", "step_idx", "reward", "done"} <= set(last)
     assert "The episode is over" in outputs[-1].blocks[0].text
 
 
@@ -146,3 +149,44 @@ def test_bad_input_gets_precise_statuses(doors: Doors) -> None:
         response = http.post("/create", content=b"{", headers={"X-Session-ID": sid, "content-type": "application/json"})
         error(response, 400, "invalid_json")
         assert_response_keeps_keys(response)
+
+
+def python_blocks(path: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.S)
+
+
+def test_the_docs_example_runs(
+    doors: Doors, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TASKAPP_ORS_URL", doors.ors_url)
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", TEST_KEY)
+    example = python_blocks(DOC)[0]
+    exec(compile(example, str(DOC), "exec"), {})  # the page's own code, nothing else
+    printed = capsys.readouterr().out
+    assert "['train']" in printed and "return:" in printed
+
+
+def test_trls_openrewardspec_calls_work_against_the_door(doors: Doors, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `OpenRewardSpec(url, api_key=..., num_tasks=N)` does with the client (TRL 1.16's
+    trl/experimental/openreward): a client on the URL, any env name, tasks by index, one session per
+    episode, the prompt's text, tools called by name; the session URL from the environment, as the docs say."""
+    trl_example = python_blocks(DOC)[1]
+    assert 'os.environ["OPENREWARD_SESSION_URL"] = os.environ["TASKAPP_ORS_URL"]' in trl_example
+    assert 'OpenRewardSpec(os.environ["TASKAPP_ORS_URL"]' in trl_example and "num_tasks=" in trl_example
+    compile(trl_example, str(DOC), "exec")
+    monkeypatch.setenv("OPENREWARD_SESSION_URL", doors.ors_url)
+    client = OpenReward(api_key=TEST_KEY, base_url=doors.ors_url)
+    with client:
+        env = client.environments.get("env")  # TRL's name for a self-hosted URL
+        specs = [env.get_task("train", index).task_spec for index in range(min(3, env.num_tasks("train")))]
+        tools = env.list_tools()
+        assert [spec["task_id"] for spec in specs] == ["crafter/train/0", "crafter/train/1", "crafter/train/2"]
+        with env.session(split="train", index=2) as session:
+            assert session.get_prompt()[0].text
+            rewards = []
+            while True:
+                output = session.call_tool(tools[0].name, {"actions": ["move_right", "do"]})
+                rewards.append(output.reward)
+                if output.finished:
+                    break
+        assert len(rewards) <= SHORT_EPISODE
