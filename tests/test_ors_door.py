@@ -4,14 +4,19 @@ so a session created on one app process is continued on another; bad input and c
 
 from __future__ import annotations
 
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import ALIAS_KEY, TEST_KEY, assert_response_keeps_keys
+from conftest import ALIAS_KEY, TEST_KEY, assert_response_keeps_keys, wait_until
 from conftest import expect_error as error
 from openreward import OpenReward
 from openreward.api.environments.types import ToolOutput
@@ -190,3 +195,82 @@ def test_trls_openrewardspec_calls_work_against_the_door(doors: Doors, monkeypat
                 if output.finished:
                     break
         assert len(rewards) <= SHORT_EPISODE
+
+
+def test_a_session_continues_on_another_app_sharing_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two apps on one `sqlite:PATH` store (two containers, as far as ORS can tell): the client's session,
+    created through one, is pinged, called and deleted through the other."""
+
+    def app(name: str) -> Any:
+        settings = Settings(
+            environment_api_key=TEST_KEY,
+            traces_db=tmp_path / f"{name}.db",
+            state_backend=f"sqlite:{tmp_path / 'state.db'}",
+            episode_length=SHORT_EPISODE,
+            warm_up=False,
+        )
+        return create_app(settings)
+
+    with serve_with_ors_in_thread(app("a")) as (_, first), serve_with_ors_in_thread(app("b")) as (_, second):
+        client = OpenReward(api_key=TEST_KEY, base_url=first)
+        with client:
+            env = client.environments.get("crafter", base_url=first)
+            with env.session(split="train", index=5) as session:
+                session.call_tool("interact_many", {"actions": ["noop"]})
+                sid = session.sid
+                with Doors(first, second).http(**{"X-Session-ID": sid}) as other:
+                    call = other.post("/call", json={"name": "interact_many", "input": {"actions": ["do"]}})
+                    end = call.text.split("event: end\ndata: ")[1].split("\n")[0]
+                    assert TypeAdapter(RunToolOutput).validate_json(end).root.output.metadata["step_idx"] == 2
+                    assert other.post("/ping").json() == {"status": "ok"}
+                output = session.call_tool("interact_many", {"actions": ["noop"]})
+                assert output.metadata is not None and output.metadata["step_idx"] == 3  # one episode, both apps
+            with Doors(first, second).http(**{"X-Session-ID": sid}) as other:
+                error(other.get("/prompt"), 404, "ors_session_not_found")  # the client's delete, seen by both
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_task_app_serve_answers_ors_on_its_second_port(tmp_path: Path, processes: int) -> None:
+    """`task-app serve --ors-port`: the app on one port, ORS on the other, from every process."""
+    port, ors_port = _free_port(), _free_port()
+    environment = {
+        **{name: value for name, value in os.environ.items() if not name.startswith("TASKAPP_")},
+        "ENVIRONMENT_API_KEY": TEST_KEY,
+        "TASKAPP_TRACES_DB": str(tmp_path / "t.db"),
+        "TASKAPP_STATE_BACKEND": f"sqlite:{tmp_path / 'state.db'}",
+        "TASKAPP_WARM_UP": "false",
+    }
+    command = [str(Path(sys.executable).with_name("task-app")), "serve", "--port", str(port)]
+    command += ["--ors-port", str(ors_port), "--processes", str(processes)]
+    with subprocess.Popen(
+        command, cwd=tmp_path, env=environment, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True,
+    ) as server:  # fmt: skip
+        try:
+
+            def up() -> bool:
+                assert server.poll() is None, "task-app serve exited"
+                try:
+                    return httpx.get(f"http://127.0.0.1:{ors_port}/health", timeout=2.0, trust_env=False).is_success
+                except httpx.TransportError:
+                    return False
+
+            wait_until(up, timeout=120.0, interval=0.05)
+            headers = {"X-API-Key": TEST_KEY, "Connection": "close"}  # each request on a new connection
+            for _ in range(6):  # whichever process takes the connection serves both doors
+                ors = httpx.get(f"http://127.0.0.1:{ors_port}/list_environments", headers=headers, trust_env=False)
+                assert ors.json() == ["crafter"]
+                main = httpx.get(f"http://127.0.0.1:{port}/info", headers=headers, trust_env=False)
+                assert main.status_code == 200 and "crafter" in main.text
+            assert httpx.get(f"http://127.0.0.1:{port}/list_environments", headers=headers).status_code == 404
+        finally:
+            server.send_signal(signal.SIGINT)
+            output, _ = server.communicate(timeout=60)
+    assert server.returncode == 0, output
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port

@@ -8,6 +8,7 @@ import logging
 import os
 import secrets
 import sys
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,10 @@ from .traces import add_traces_parser
 from .view import add_viewer_parsers
 
 STARTUP_FAILURE = 3  # uvicorn's exit code when the app does not start
+# How long a process may leave the supervisor's ping unanswered before it is replaced (uvicorn: 5 s). A
+# starting process imports crafter, numba and the mcp SDK with the GIL mostly held; on a loaded machine
+# that starved the ping past 5 s and the supervisor killed every process it started, over and over.
+WORKER_HEALTHCHECK_S = 30
 
 
 def _positive(text: str) -> int:
@@ -59,14 +64,20 @@ def _serve(args: argparse.Namespace) -> int:
     if settings.processes > 1:
         # Each process builds the app from the environment (uvicorn loads the env file into it first).
         config = uvicorn.Config(
-            DOORS_FROM_ENV, factory=True, http=HTTP_PARSER, workers=settings.processes, env_file=env_file
+            DOORS_FROM_ENV,
+            factory=True,
+            http=HTTP_PARSER,
+            workers=settings.processes,
+            env_file=env_file,
+            timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
         )
         serve_processes(config, sockets)
     else:
         app = create_app(settings)
         served = app if len(sockets) == 1 else with_ors(app, sockets[1].getsockname()[1])
         server = uvicorn.Server(uvicorn.Config(served, http=HTTP_PARSER))
-        server.run(sockets=sockets)
+        with suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it shut down on, as `uvicorn.run` swallows
+            server.run(sockets=sockets)
         if not server.started:
             return STARTUP_FAILURE  # as `uvicorn.run`: the lifespan failed (the error is logged)
     return 0
