@@ -33,7 +33,8 @@ from ..game import (
     WorldFactory,
     normalise_tool_calls,
 )
-from .config import EnvSpec, SessionLimits
+from .env_spec import EnvSpec, SessionLimits
+from .live import Episode
 from .manager import EnvView, view_of
 from .views import observation_body
 
@@ -148,13 +149,14 @@ def observation_payload(view: EnvView, *, stepped: bool) -> dict[str, Any]:
     return {"observation": observation, "reward": view.reward if stepped else None, "done": view.done}
 
 
-def state_payload(view: EnvView | None, episode_id: str | None) -> dict[str, Any]:
+def state_payload(view: EnvView | None) -> dict[str, Any]:
+    """OpenEnv's State: `step_count` counts step calls in the episode (not crafter steps, `step_idx`)."""
     if view is None:
         return CrafterState().model_dump()
     achievements = [name for name, unlocked in view.observation.data["achievements_status"].items() if unlocked]
     return CrafterState(
-        episode_id=episode_id or f"{view.env_id}-{view.episode}",
-        step_count=view.step_idx,
+        episode_id=view.episode_id,
+        step_count=view.calls,
         seed=view.seed,
         done=view.done,
         achievements=achievements,
@@ -198,8 +200,7 @@ class WsSession:
         self.offload = offload
         self.session_id = secrets.token_urlsafe(16)
         self.game: Game | None = None
-        self.episode = 0
-        self.episode_id: str | None = None
+        self.episode = Episode(number=0)
         self.last: EnvView | None = None
 
     async def handle(self, text: str) -> tuple[dict[str, Any] | None, bool]:
@@ -237,8 +238,7 @@ class WsSession:
         replaced, self.game = self.game, await self.offload(start)
         if replaced is not None:
             replaced.close()
-        self.episode += 1
-        self.episode_id = request.episode_id
+        self.episode = self.episode.next(request.episode_id)
         self.last = self._view(await self.offload(self.game.observe))
         return {"type": "observation", "data": observation_payload(self.last, stepped=False)}
 
@@ -249,6 +249,7 @@ class WsSession:
             return ws_error(WSErrorCode.EXECUTION_ERROR, "no episode yet: send a reset first")
         plan = normalise_tool_calls(action.tool_calls_for_env(), self.limits.max_actions)
         outcome, observation = await self.offload(lambda: game.step(plan))
+        self.episode = self.episode.stepped()
         self.last = self._view(observation, outcome, plan)
         return {"type": "observation", "data": observation_payload(self.last, stepped=True)}
 
@@ -259,7 +260,7 @@ class WsSession:
             self.game = None
 
     async def _state(self, data: dict[str, Any]) -> dict[str, Any]:
-        return {"type": "state", "data": state_payload(self.last, self.episode_id)}
+        return {"type": "state", "data": state_payload(self.last)}
 
     def _view(
         self, observation: Observation, outcome: DecisionOutcome | None = None, plan: ActionPlan | None = None

@@ -12,10 +12,10 @@ from typing import Any
 
 from ..core.errors import Conflict, Gone, NotFound
 from ..core.settings import Settings
-from .config import build_spec
+from .env_spec import build_spec
 from .manager import EnvSessions
 from .openenv import CrafterAction, ResetRequest, observation_payload, state_payload
-from .tokens import TokenInfo, TokenRegistry
+from .openenv_tokens import TokenInfo, TokenRegistry
 
 
 async def http_reset(
@@ -50,4 +50,4 @@ async def http_step(envs: EnvSessions, tokens: TokenRegistry, info: TokenInfo, a
 
 async def http_state(envs: EnvSessions, tokens: TokenRegistry, info: TokenInfo) -> dict[str, Any]:
     bound = await tokens.bound_env(info)
-    return state_payload(await envs.state(bound) if bound is not None else None, None)
+    return state_payload(await envs.state(bound) if bound is not None else None)

@@ -13,12 +13,13 @@ import anyio
 from ..core.errors import StoreUnavailable
 from ..core.offload import Offload
 from ..core.settings import Settings
+from ..core.tasks import Tasks
 from ..game import WorldFactory
 from ..store import StateStore, open_store
-from .config import SessionLimits
+from .env_spec import SessionLimits
 from .manager import EnvSessions
 from .openenv import WsCapacity
-from .tokens import TokenRegistry
+from .openenv_tokens import TokenRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ async def _reap(envs: EnvSessions, interval_s: float) -> None:
 async def open_sessions(settings: Settings, worlds: WorldFactory, offload: Offload) -> AsyncIterator[SessionServices]:
     limits = SessionLimits.from_settings(settings)
     async with open_store(settings.state_backend) as store, anyio.create_task_group() as tasks:
-        envs = EnvSessions(store, worlds, limits, offload)
+        envs = EnvSessions(store, worlds, limits, offload, tasks=Tasks(settings))
         services = SessionServices(
             store, envs, TokenRegistry(store, settings.openenv_token_ttl_s), WsCapacity(settings.openenv_max_sessions)
         )

@@ -40,7 +40,7 @@ from ...sessions.openenv import (
     ws_error,
 )
 from ...sessions.openenv_http import http_reset, http_state, http_step
-from ...sessions.tokens import TokenInfo
+from ...sessions.openenv_tokens import TokenInfo
 from ..deps import AuthDep, StateDep
 from ..handlers import install_error_handlers
 from ..openapi import BODY, PROTECTED, errors, ok
@@ -69,8 +69,9 @@ def _iso(timestamp: float) -> str:
 async def mint_token(
     request: Request, state: StateDep, body: Annotated[TokenRequest, Body(default_factory=TokenRequest)]
 ) -> JSONBytes:
-    build_spec("crafter", body.config, body.seed, None, state.settings)  # refuse a bad env config now (422)
-    token, expires_at = await state.sessions.tokens.mint(body.ttl_s, body.seed, body.config)
+    spec = build_spec("crafter", body.config, body.seed, None, state.settings, body.task_id)  # a bad config: 422 now
+    seed = spec.seed if body.task_id is not None else body.seed  # a token without a world draws one per env
+    token, expires_at = await state.sessions.tokens.mint(body.ttl_s, seed, body.config)
     base_url = f"{str(request.base_url).rstrip('/')}/openenv/t/{token}"
     return JSONBytes({"token": token, "expires_at": _iso(expires_at), "base_url": base_url})
 

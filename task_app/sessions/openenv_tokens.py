@@ -22,8 +22,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.json_codec import dumps_bytes, loads
 from ..store import StateStore
-from .records import dumps, loads
 
 TOKEN = re.compile(r"^[A-Za-z0-9_-]{43}$")  # secrets.token_urlsafe(32)
 CACHE_S = 1.0
@@ -64,7 +64,7 @@ class TokenRegistry:
         digest = digest_of(token)
         expires_at = self.store.clock() + lifetime
         record = {"digest": digest, "expires_at": expires_at, "seed": seed, "config": config}
-        await self.store.put(_record_key(digest), dumps(record), ttl_s=lifetime)
+        await self.store.put(_record_key(digest), dumps_bytes(record), ttl_s=lifetime)
         return token, expires_at
 
     async def verify(self, token: str) -> TokenInfo | None:
@@ -107,8 +107,8 @@ class TokenRegistry:
         """Bind `env_id` (first binder wins across processes; `replace` after the bound env ended)."""
         ttl = max(1.0, info.expires_at - self.store.clock())
         if replace:
-            await self.store.put(_env_key(info.digest), dumps(env_id), ttl_s=ttl)
+            await self.store.put(_env_key(info.digest), dumps_bytes(env_id), ttl_s=ttl)
             return env_id
-        if await self.store.put_if_absent(_env_key(info.digest), dumps(env_id), ttl_s=ttl):
+        if await self.store.put_if_absent(_env_key(info.digest), dumps_bytes(env_id), ttl_s=ttl):
             return env_id
         return await self.bound_env(info) or env_id
