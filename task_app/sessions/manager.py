@@ -232,8 +232,13 @@ class EnvSessions:
         if raw is None:
             raise NotFound(f"snapshot {snapshot_id!r} not found", code="snapshot_not_found", snapshot_id=snapshot_id)
         header, checkpoint = _split_snapshot(raw)
+        return await self.adopt(EnvSpec.from_dict(header["spec"]), checkpoint, snapshot_id)
+
+    async def adopt(self, spec: EnvSpec, checkpoint: bytes, parent: str | None) -> EnvView:
+        """A new env that starts from `checkpoint` (`dump_game` of a game of `spec`, with its `Episode`
+        as extra): a restored snapshot, or a game this process held outside the store."""
         self.live.make_room()
-        meta = await self._register(EnvSpec.from_dict(header["spec"]), checkpoint, snapshot_id)
+        meta = await self._register(spec, checkpoint, parent)
 
         def build() -> tuple[Game, Episode, Observation]:
             game, episode = self._load(checkpoint, meta)

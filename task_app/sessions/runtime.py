@@ -1,5 +1,5 @@
 """What the lifespan opens for env sessions: the state store, the sessions, OpenEnv's tokens and
-WebSocket cap, and the reaper that runs `EnvSessions.maintain` while the app serves."""
+WebSocket cap, the tool sessions, and the reaper that runs `EnvSessions.maintain` while the app serves."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from .env_spec import SessionLimits
 from .manager import EnvSessions
 from .openenv import WsCapacity
 from .openenv_tokens import TokenRegistry
+from .tools import ToolSessions
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ class SessionServices:
     envs: EnvSessions
     tokens: TokenRegistry
     websockets: WsCapacity
+    tools: ToolSessions  # the tools and sessions every standard door shares (OpenEnv MCP, MCP, ORS)
 
 
 def reaper_interval(ttl_s: float) -> float:
@@ -56,7 +58,11 @@ async def open_sessions(settings: Settings, worlds: WorldFactory, offload: Offlo
     async with open_store(settings.state_backend) as store, anyio.create_task_group() as tasks:
         envs = EnvSessions(store, worlds, limits, offload, tasks=Tasks(settings))
         services = SessionServices(
-            store, envs, TokenRegistry(store, settings.openenv_token_ttl_s), WsCapacity(settings.openenv_max_sessions)
+            store,
+            envs,
+            TokenRegistry(store, settings.openenv_token_ttl_s),
+            WsCapacity(settings.openenv_max_sessions),
+            ToolSessions(envs, settings),
         )
         tasks.start_soon(_reap, envs, reaper_interval(limits.ttl_s))
         logger.info("env sessions on the %s state store", store.name)
