@@ -88,7 +88,8 @@ def test_openenv_http_routes_drive_the_tokens_env(client: httpx.Client) -> None:
         }
         error(plain.post(f"{base}/step", json={"action": {"actions": ["noop"]}}), 409, "not_reset")
         reset = plain.post(f"{base}/reset", json={}).json()
-        assert set(reset) == {"observation", "reward", "done"} and reset["reward"] is None
+        assert set(reset) == {"observation", "reward", "done", "metadata"} and reset["reward"] is None
+        assert reset["metadata"]["task_id"] == "crafter/train/4" and reset["metadata"]["session_id"]
         stepped = plain.post(f"{base}/step", json={"action": {"actions": ["move_left", "bogus"]}}).json()
         assert stepped["observation"]["actions"] == ["move_left"]
         assert stepped["observation"]["rejected"] == [{"item": "bogus", "reason": "unknown action"}]
@@ -103,7 +104,7 @@ def test_openenv_http_routes_drive_the_tokens_env(client: httpx.Client) -> None:
         assert set(plain.get(f"{base}/schema").json()) == {"action", "observation", "state"}
         assert plain.post(f"{base}/mcp", json={}).json()["error"]["code"] == -32600
         tools = plain.post(f"{base}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).json()
-        assert tools["result"]["tools"][0]["name"] == "interact_many"
+        assert [tool["name"] for tool in tools["result"]["tools"]][:2] == ["start", "interact_many"]
 
 
 def test_tokens_expire_are_revocable_and_stand_for_nothing_else(client: httpx.Client, app_server: AppServer) -> None:
