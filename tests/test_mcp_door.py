@@ -61,44 +61,46 @@ def test_the_sdk_client_plays_an_episode_to_done(short_app: AppServer) -> None:
         async with mcp_session(short_app.base_url) as session:
             listed = await session.list_tools()
             names = [tool.name for tool in listed.tools]
-            assert names == ["start_episode", "interact_many", "observe", "snapshot", "restore", "end_episode"]
-            started = await call(session, "start_episode", task_id="crafter/train/3")
-            assert started["task_id"] == "crafter/train/3" and started["seed"] == 3 and not started["done"]
-            episode = started["episode_id"]
+            assert names == ["start", "interact_many", "observe", "snapshot", "restore", "end"]
+            started = await call(session, "start", task_id="crafter/eval/3")
+            assert started["task_id"] == "crafter/eval/3" and not started["done"]
+            sid = started["session_id"]
             steps = []
             while not steps or not steps[-1]["done"]:
-                steps.append(await call(session, "interact_many", episode_id=episode, actions=MOVES))
+                steps.append(await call(session, "interact_many", session_id=sid, actions=MOVES))
                 assert len(steps) <= SHORT_EPISODE
             assert steps[-1]["truncated"] and steps[-1]["step_idx"] == SHORT_EPISODE
             assert all(isinstance(step["reward"], float) for step in steps)
-            assert all({"unlocks", "rejected", "actions", "observation"} <= set(step) for step in steps)
-            text = (await session.call_tool("interact_many", {"episode_id": episode, "actions": MOVES})).content
-            assert "episode is over" in text[0].text  # type: ignore[union-attr]
-            ended = await call(session, "end_episode", episode_id=episode)
-            assert ended == {"episode_id": episode, "ended": True}
-            assert (await failed(session, "observe", episode_id=episode))["code"] == "env_not_found"
+            assert all({"achievements_added", "rejected", "actions", "achievements"} <= set(step) for step in steps)
+            over = await session.call_tool("interact_many", {"session_id": sid, "actions": MOVES})
+            assert over.structuredContent and over.structuredContent["episode_over"]
+            assert "episode is over" in over.content[0].text  # type: ignore[union-attr]
+            again = await call(session, "start", session_id=sid, seed=9)  # the same session, a new episode
+            assert again["session_id"] == sid and again["seed"] == 9 and again["step_idx"] == 0
+            assert await call(session, "end", session_id=sid) == {"session_id": sid, "ended": True}
+            assert (await failed(session, "observe", session_id=sid))["code"] == "session_not_found"
 
     anyio.run(play)
 
 
-def test_snapshot_and_restore_branch_an_episode(short_app: AppServer) -> None:
+def test_snapshot_and_restore_go_back_in_an_episode(short_app: AppServer) -> None:
     async def branch() -> None:
         async with mcp_session(short_app.base_url) as session:
-            episode = (await call(session, "start_episode", seed=11))["episode_id"]
-            await call(session, "interact_many", episode_id=episode, actions=["move_up", "do"])
-            snapshot = (await call(session, "snapshot", episode_id=episode))["snapshot_id"]
-            here = await call(session, "observe", episode_id=episode)
-            after = await call(session, "interact_many", episode_id=episode, actions=MOVES)
-            restored = await call(session, "restore", snapshot_id=snapshot)
-            assert restored["episode_id"] != episode
-            assert restored["observation"] == here["observation"] and restored["step_idx"] == here["step_idx"]
-            again = await call(session, "interact_many", episode_id=restored["episode_id"], actions=MOVES)
-            assert again["observation"] == after["observation"]  # crafter is deterministic given its state
+            sid = (await call(session, "start", seed=11))["session_id"]
+            await call(session, "interact_many", session_id=sid, actions=["move_up", "do"])
+            snapshot = (await call(session, "snapshot", session_id=sid))["snapshot_id"]
+            here = (await session.call_tool("observe", {"session_id": sid})).content[0].text  # type: ignore[union-attr]
+            after = await session.call_tool("interact_many", {"session_id": sid, "actions": MOVES})
+            restored = await session.call_tool("restore", {"session_id": sid, "snapshot_id": snapshot})
+            assert restored.structuredContent and restored.structuredContent["step_idx"] == 2
+            assert here.split("\n\n", 1)[1] == restored.content[0].text.split("\n\n", 1)[1]  # type: ignore[union-attr]
+            again = await session.call_tool("interact_many", {"session_id": sid, "actions": MOVES})
+            assert again.content[0].text == after.content[0].text  # type: ignore[union-attr]  # deterministic
 
     anyio.run(branch)
 
 
-def test_an_episode_continues_on_a_second_process_sharing_the_store(tmp_path: Path) -> None:
+def test_a_session_continues_on_a_second_process_sharing_the_store(tmp_path: Path) -> None:
     backend = f"sqlite:{tmp_path / 'state.db'}"
     settings = {"state_backend": backend, "episode_length": SHORT_EPISODE}
     with server_processes(
@@ -107,17 +109,17 @@ def test_an_episode_continues_on_a_second_process_sharing_the_store(tmp_path: Pa
 
         async def alternate() -> list[dict[str, Any]]:
             async with mcp_session(a.base_url) as first, mcp_session(b.base_url) as second:
-                episode = (await call(first, "start_episode", seed=5))["episode_id"]
+                sid = (await call(first, "start", seed=5))["session_id"]
                 steps = []
                 for turn in range(4):
                     session = (first, second)[turn % 2]
-                    steps.append(await call(session, "interact_many", episode_id=episode, actions=MOVES))
-                assert (await call(second, "observe", episode_id=episode))["step_idx"] == steps[-1]["step_idx"]
+                    steps.append(await call(session, "interact_many", session_id=sid, actions=MOVES))
+                assert (await call(second, "observe", session_id=sid))["step_idx"] == steps[-1]["step_idx"]
                 return steps
 
         steps = anyio.run(alternate)
         assert [step["step_idx"] for step in steps] == [3, 6, 9, 12]
-        assert b.health()["sessions"]["rebuilds"] >= 1  # b rebuilt the episode from the store
+        assert b.health()["sessions"]["rebuilds"] >= 1  # b rebuilt the episode's env from the store
 
 
 def test_the_key_is_required_as_on_every_other_door(short_app: AppServer) -> None:
@@ -136,18 +138,20 @@ def test_the_key_is_required_as_on_every_other_door(short_app: AppServer) -> Non
 def test_bad_arguments_and_unknown_names_are_tool_errors(short_app: AppServer) -> None:
     async def mistakes() -> None:
         async with mcp_session(short_app.base_url) as session:
-            assert (await failed(session, "fly", episode_id="x"))["code"] == "unknown_tool"
-            assert (await failed(session, "interact_many", episode_id="x"))["code"] == "invalid_arguments"
-            assert (await failed(session, "interact_many", episode_id="x", actions=[]))["code"] == "invalid_arguments"
-            assert (await failed(session, "start_episode", task_id="chess/1"))["code"] == "invalid_task_id"
-            assert (await failed(session, "start_episode", task_id="crafter/eval7/1"))["code"] == "unknown_split"
-            assert (await failed(session, "start_episode", seed=3, task_id="crafter/train/3"))[
-                "code"
-            ] == "invalid_arguments"
-            assert (await failed(session, "start_episode", seed=-1))["code"] == "invalid_arguments"
-            assert (await failed(session, "restore", snapshot_id="nope"))["code"] == "snapshot_not_found"
-            unknown = await failed(session, "interact_many", episode_id="A" * 22, actions=["noop"])
-            assert unknown["code"] == "env_not_found" and not unknown["retryable"]
+            assert (await failed(session, "fly", session_id="x"))["code"] == "unknown_tool"
+            assert (await failed(session, "interact_many", actions=["noop"]))["code"] == "invalid_tool_arguments"
+            sid = (await call(session, "start"))["session_id"]  # a random training world
+            assert (await failed(session, "interact_many", session_id=sid))["code"] == "invalid_tool_arguments"
+            no_actions = await failed(session, "interact_many", session_id=sid, actions=[])
+            assert no_actions["code"] == "invalid_tool_arguments"
+            assert (await failed(session, "start", task_id="chess/1"))["code"] == "invalid_task_id"
+            assert (await failed(session, "start", task_id="crafter/test/1"))["code"] == "unknown_split"
+            assert (await failed(session, "start", seed=-1))["code"] == "invalid_tool_arguments"
+            assert (await failed(session, "end", session_id=sid, extra=1))["code"] == "invalid_tool_arguments"
+            missing = await failed(session, "restore", session_id=sid, snapshot_id="nope")
+            assert missing["code"] == "snapshot_not_found"
+            unknown = await failed(session, "interact_many", session_id="A" * 22, actions=["noop"])
+            assert unknown["code"] == "session_not_found" and not unknown["retryable"]
 
     anyio.run(mistakes)
 
@@ -157,8 +161,8 @@ def test_an_env_cap_is_a_retryable_tool_error_with_retry_after(make_app_server: 
 
     async def capped() -> None:
         async with mcp_session(server.base_url) as session:
-            await call(session, "start_episode", seed=1)
-            refused = await failed(session, "start_episode", seed=2)
+            await call(session, "start", seed=1)
+            refused = await failed(session, "start", seed=2)
             assert refused["code"] == "too_many_envs" and refused["retryable"] and refused["retry_after_s"] >= 1
 
     anyio.run(capped)
@@ -191,4 +195,4 @@ def test_the_docs_example_runs(
     monkeypatch.setenv("ENVIRONMENT_API_KEY", TEST_KEY)
     exec(compile(example, str(doc), "exec"), {})  # the page's own code, nothing else
     assert "return:" in capsys.readouterr().out
-    assert short_app.state.sessions.envs.stats()["live"] == 0  # the example ended its episode
+    assert short_app.state.sessions.envs.stats()["live"] == 0  # the example ended its session

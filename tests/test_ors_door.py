@@ -70,11 +70,13 @@ def sdk_env(doors: Doors, key: str = TEST_KEY) -> Any:
 def test_the_client_lists_splits_and_tasks(doors: Doors) -> None:
     client, env = sdk_env(doors)
     with client:
-        assert env.list_splits() == ["train"]
-        assert env.num_tasks("train") > 1_000_000
+        assert env.list_splits() == ["train", "eval"]
+        assert env.num_tasks("train") > 1_000_000 and env.num_tasks("eval") == 256
         task = env.get_task("train", 7)
-        assert task.task_spec == {"task_id": "crafter/train/7", "split": "train", "index": 7, "seed": 7}
+        assert task.task_spec["task_id"] == "crafter/train/7" and task.task_spec["seed"] == 7
         assert [t.task_spec["index"] for t in env.get_task_range("train", 3, 6)] == [3, 4, 5]
+        held_out = env.list_tasks("eval")
+        assert len(held_out) == 256 and held_out[17].task_spec["task_id"] == "crafter/eval/17"
         tools = env.list_tools()
         assert [tool.name for tool in tools] == ["interact_many"]
         assert tools[0].input_schema["required"] == ["actions"]
@@ -95,7 +97,7 @@ def test_the_client_plays_an_episode_to_finished(doors: Doors) -> None:
     assert all(isinstance(output.reward, float) for output in outputs)
     last = outputs[-1].metadata
     assert last is not None and last["truncated"] and last["task_id"] == "crafter/train/3"
-    assert {"unlocks", "actions", "rejected", "step_idx", "reward", "done"} <= set(last)
+    assert {"achievements_added", "actions", "rejected", "step_idx", "reward", "done"} <= set(last)
     assert "The episode is over" in outputs[-1].blocks[0].text
 
 
@@ -139,18 +141,21 @@ def test_bad_input_gets_precise_statuses(doors: Doors) -> None:
         sid = "A" * 22
         error(
             http.post("/create", json={"split": "nope", "index": 1}, headers={"X-Session-ID": sid}),
-            400,
+            422,
             "unknown_split",
         )
         error(http.post("/create", json={"split": "train"}, headers={"X-Session-ID": sid}), 422, "invalid_request")
-        error(http.post("/task", json={"split": "train", "index": 2**40}), 400, "task_index_out_of_range")
+        error(http.post("/task", json={"split": "train", "index": 2**40}), 422, "task_index_out_of_range")
         error(http.get("/chess/tools"), 404, "unknown_environment")
         error(
             http.post("/call", json={"name": "interact_many", "input": {}}, headers={"X-Session-ID": sid}),
             404,
             "ors_session_not_found",
         )
-        error(http.post("/tasks", json={"split": "train"}), 400, "too_many_tasks")
+        error(http.post("/tasks", json={"split": "train"}), 422, "too_many_tasks")
+        error(http.post("/task_range", json={"split": "train", "stop": 257}), 422, "too_many_tasks")  # past a page
+        spec = {"task_spec": {"task_id": "crafter/eval/9999"}}
+        error(http.post("/create", json=spec, headers={"X-Session-ID": sid}), 422, "task_index_out_of_range")
         response = http.post("/create", content=b"{", headers={"X-Session-ID": sid, "content-type": "application/json"})
         error(response, 400, "invalid_json")
         assert_response_keeps_keys(response)
@@ -168,7 +173,7 @@ def test_the_docs_example_runs(
     example = python_blocks(DOC)[0]
     exec(compile(example, str(DOC), "exec"), {})  # the page's own code, nothing else
     printed = capsys.readouterr().out
-    assert "['train']" in printed and "return:" in printed
+    assert "['train', 'eval']" in printed and "return:" in printed
 
 
 def test_trls_openrewardspec_calls_work_against_the_door(doors: Doors, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,11 +1,12 @@
-"""Open Reward Standard sessions on env sessions: an ORS session id names one env session, in the state store.
+"""Open Reward Standard sessions on the doors' tool sessions: an ORS session id names one tool session.
 
-    ors/<sid>             {"env": env_id, "task": the task spec, "at": when written}   TTL: the env TTL
+    ors/<sid>             {"session": tool session id, "task": the task, "at": when written}   TTL: the env TTL
     ors-call/<task_id>    the answer of one tool call, kept for a client that reconnects with its task_id
 
 The client draws its session id from `/create_session` before it says which task it wants, so the id
-cannot be the env's own: `/create` makes the env and records it under the id (`put_if_absent`: a
-second `/create` for one id is refused, and the env it made is ended). Every process reads the record,
+cannot be the tool session's own: `/create` opens the tool session (`sessions/tools.py`) and records it
+under the id (`put_if_absent`: a second `/create` for one id is refused, and the session it opened is
+closed). Every process reads the record,
 so any process answers any session, and none holds ORS state in memory. The record lives as long as
 its env would idle: each use past a tenth of the TTL writes it again.
 """
@@ -43,7 +44,7 @@ def unknown_session() -> NotFound:
 @dataclass(frozen=True, slots=True)
 class OrsSession:
     sid: str
-    env_id: str
+    session_id: str  # the tool session (sessions/tools.py)
     task: dict[str, Any]
 
 
@@ -58,14 +59,14 @@ class OrsSessions:
     def new_sid() -> str:
         return new_id()
 
-    def _record(self, env_id: str, task: Mapping[str, Any]) -> bytes:
-        return json_codec.dumps_bytes({"env": env_id, "task": dict(task), "at": self.store.clock()})
+    def _record(self, session_id: str, task: Mapping[str, Any]) -> bytes:
+        return json_codec.dumps_bytes({"session": session_id, "task": dict(task), "at": self.store.clock()})
 
-    async def bind(self, sid: str, env_id: str, task: Mapping[str, Any]) -> bool:
-        """Record `env_id` under `sid`; False when the id already names a session (nothing written)."""
+    async def bind(self, sid: str, session_id: str, task: Mapping[str, Any]) -> bool:
+        """Record the tool session under `sid`; False when the id already names one (nothing written)."""
         if not valid_id(sid):
             raise unknown_session()
-        return await self.store.put_if_absent(session_key(sid), self._record(env_id, task), ttl_s=self.ttl_s)
+        return await self.store.put_if_absent(session_key(sid), self._record(session_id, task), ttl_s=self.ttl_s)
 
     async def get(self, sid: str) -> OrsSession:
         """The session `sid` names (404 `ors_session_not_found` if none); refreshes its record's TTL."""
@@ -73,13 +74,13 @@ class OrsSessions:
         if raw is None:
             raise unknown_session()
         value = json_codec.loads(raw)
-        session = OrsSession(sid, str(value["env"]), dict(value.get("task") or {}))
+        session = OrsSession(sid, str(value["session"]), dict(value.get("task") or {}))
         if self.store.clock() - float(value.get("at", 0.0)) > self.ttl_s * REFRESH_FRACTION:
-            await self.store.put(session_key(sid), self._record(session.env_id, session.task), ttl_s=self.ttl_s)
+            await self.store.put(session_key(sid), self._record(session.session_id, session.task), ttl_s=self.ttl_s)
         return session
 
     async def unbind(self, sid: str) -> OrsSession | None:
-        """Forget `sid`; the session it named, if any (its env is the caller's to end)."""
+        """Forget `sid`; the session it named, if any (closing it is the caller's)."""
         try:
             session = await self.get(sid)
         except NotFound:

@@ -1,226 +1,176 @@
 """MCP for agents at `/mcp`: the official `mcp` SDK's server over streamable HTTP, behind the app's key.
 
-    start_episode(task_id? | seed?)     a new episode: its id, its task and the first observation
-    interact_many(episode_id, actions)  the actions, in order: reward, done, the achievements unlocked, what is seen
-    observe(episode_id)                 where the episode stands; nothing runs
-    snapshot(episode_id)                a snapshot id, to branch from later
-    restore(snapshot_id)                a new episode from a snapshot
-    end_episode(episode_id)             the episode ends and its env is freed
+    start(session_id?, task_id? | seed?)   a new episode: in a new session when no session_id is given
+    interact_many(session_id, actions)     the actions, in order: reward, done, the achievements unlocked, what is seen
+    observe(session_id)                    where the episode stands; nothing runs
+    snapshot(session_id)                   a snapshot id, to come back to
+    restore(session_id, snapshot_id)       the session goes back to a snapshot (any session's)
+    end(session_id)                        the session ends and its env is freed
 
-Stateless streamable HTTP (the SDK's `stateless=True`, JSON answers): every request stands alone and no
-MCP session is kept in memory. An episode is an env session, named by its id in every call and kept in
-the state store, so any process of a fleet answers any call. Each tool answers with text for the model
-(what ran and what is seen) and the same facts as `structuredContent` for programs. A failure is a tool
-error (`isError`) whose structured content is the app's error (`code`, `message`, `retryable`, and
-`retry_after_s` at a cap, e.g. `too_many_live_envs`). Before the SDK sees a request: a missing or wrong
-key gets 401, and more than `TASKAPP_MCP_MAX_IN_FLIGHT` requests at once in a process get 429 with
-`Retry-After`.
+The tools are the env-session tool layer every door shares (`sessions/tools.py`), with the session named in
+every call: the server is stateless (the SDK's `stateless=True`, JSON answers), no MCP session is kept in
+memory, and a tool session lives in the state store, so any process of a fleet answers any call. Each tool
+answers with text for the model (what ran, then what is seen) and the facts as `structuredContent` for
+programs. A failure is a tool error (`isError`) whose structured content is the app's error (`code`,
+`message`, `retryable`, and `retry_after_s` at a cap, e.g. `too_many_live_envs`). Before the SDK sees a
+request: a missing or wrong key gets 401, and more than `TASKAPP_MCP_MAX_IN_FLIGHT` requests at once in a
+process get 429 with `Retry-After`.
+
+Both lines of the SDK run it (1.x registers handlers with decorators, 2.x takes them in the constructor;
+the wire types are built from their JSON form, which both lines share).
 """
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from importlib.metadata import version
 from typing import Any
 
 import mcp.types as types
 from fastapi import FastAPI
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ValidationError
 from starlette.requests import HTTPConnection
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from ..core.errors import InvalidRequest, NotFound, RateLimited, StoreUnavailable, TaskAppError, error_body
+from ..core.errors import InvalidRequest, RateLimited, StoreUnavailable, TaskAppError, error_body
 from ..core.settings import Settings
-from ..game import ACTIONS, TOOL_NAME
-from ..policy.prompts import system_prompt, turn_text
-from ..sessions import EnvView
-from . import episodes
+from ..game import TOOL_NAME
+from ..policy.prompts import system_prompt
+from ..sessions.tools import KEY_SCOPE, START, TOOLS, StartArguments, ToolResult, result_of
 from .auth import check_api_key
 from .responses import JSONBytes
 from .state import AppState
 
 PATH = "/mcp"
 SERVER_NAME = "crafter"
-MAX_ID = 64  # episode and snapshot ids are 22 characters; anything longer names nothing
+END = "end"
+SDK_MAJOR = int(version("mcp").split(".")[0])
 USAGE = (
-    "\n\nTOOLS\nCall start_episode once; pass the episode_id it returns to every other tool. "
-    f"Play with {TOOL_NAME} until it answers done: true, then call end_episode."
+    "\n\nTOOLS\nCall start once; pass the session_id it returns to every other tool. "
+    f"Play with {TOOL_NAME} until it answers done: true, then call start again or end."
 )
-
-
-class _Args(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class StartEpisode(_Args):
-    task_id: str | None = Field(
-        default=None, max_length=128, description="a task id such as crafter/train/7 (from the task list)"
-    )
-    seed: int | None = Field(default=None, ge=0, description="a world seed, instead of a task id")
-
-    @model_validator(mode="after")
-    def _one_source(self) -> StartEpisode:
-        if self.task_id is not None and self.seed is not None:
-            raise ValueError("give task_id or seed, not both")
-        return self
-
-
-class EpisodeRef(_Args):
-    episode_id: str = Field(max_length=MAX_ID, description="the id start_episode or restore returned")
-
-
-class Interact(EpisodeRef):
-    actions: list[str] = Field(min_length=1, max_length=64, description="Crafter actions, executed in order")
-
-
-class Restore(_Args):
-    snapshot_id: str = Field(max_length=MAX_ID, description="the id snapshot returned")
-
-
-def _observed(view: EnvView) -> dict[str, Any]:
-    status = view.observation.data.get("achievements_status") or {}
-    return {
-        "episode_id": view.env_id,
-        "observation": view.observation.text,
-        "done": view.done,
-        "truncated": view.truncated,
-        "step_idx": view.step_idx,
-        "achievements": sorted(name for name, unlocked in status.items() if unlocked),
-    }
-
-
-Answer = tuple[str, dict[str, Any]]
-
-
-async def _start(state: AppState, args: StartEpisode) -> Answer:
-    settings = state.settings
-    if args.task_id is not None:
-        chosen = episodes.task_of_id(settings, args.task_id)
-    else:
-        seed = args.seed if args.seed is not None else secrets.randbelow(settings.max_seed + 1)
-        chosen = episodes.task_of_seed(settings, seed)
-    view = await episodes.start(state, chosen)
-    facts = {**_observed(view), "task_id": chosen["task_id"], "seed": view.seed, "reward": 0.0, "unlocks": []}
-    text = f"Episode {view.env_id} started on task {chosen['task_id']}.\n\n"
-    return text + turn_text(view.observation.text, settings.max_actions_per_decision), facts
-
-
-async def _interact(state: AppState, args: Interact) -> Answer:
-    view = await state.sessions.envs.step(args.episode_id, [{"tool": TOOL_NAME, "args": {"actions": args.actions}}])
-    if view.episode_over:
-        raise InvalidRequest("the episode is over: end it, or start or restore another", code="episode_over")
-    facts = {**_observed(view), **episodes.step_facts(view)}
-    return episodes.result_text(view, state.settings.max_actions_per_decision), facts
-
-
-async def _observe(state: AppState, args: EpisodeRef) -> Answer:
-    view = await state.sessions.envs.state(args.episode_id)
-    return view.observation.text, _observed(view)
-
-
-async def _snapshot(state: AppState, args: EpisodeRef) -> Answer:
-    info = await state.sessions.envs.snapshot(args.episode_id)
-    facts = {"episode_id": args.episode_id, "snapshot_id": info.snapshot_id}
-    return f"Snapshot {info.snapshot_id} taken; restore it to branch from here.", facts
-
-
-async def _restore(state: AppState, args: Restore) -> Answer:
-    view = await state.sessions.envs.restore(args.snapshot_id)
-    text = f"Episode {view.env_id} restored from snapshot {args.snapshot_id}.\n\n"
-    return text + turn_text(view.observation.text, state.settings.max_actions_per_decision), _observed(view)
-
-
-async def _end(state: AppState, args: EpisodeRef) -> Answer:
-    await state.sessions.envs.terminate(args.episode_id)
-    return f"Episode {args.episode_id} ended.", {"episode_id": args.episode_id, "ended": True}
-
-
-Handler = Callable[[AppState, Any], Awaitable[Answer]]
-_TOOLS: dict[str, tuple[type[_Args], Handler, str, bool]] = {
-    "start_episode": (
-        StartEpisode,
-        _start,
-        "Start a new Crafter episode on a task (task_id) or a world seed; neither: a random world. "
-        "Returns the episode_id every other tool takes, and the first observation.",
-        False,
-    ),
-    TOOL_NAME: (
-        Interact,
-        _interact,
-        "Execute a short sequence of Crafter actions in order. Returns the reward they earned, whether the "
-        "episode is done, the achievements they unlocked and the new observation.",
-        False,
-    ),
-    "observe": (EpisodeRef, _observe, "The episode's current observation and status; no action runs.", True),
-    "snapshot": (EpisodeRef, _snapshot, "Snapshot the episode, to restore (branch) from this point later.", True),
-    "restore": (Restore, _restore, "Start a new episode from a snapshot; the snapshot stays usable.", False),
-    "end_episode": (EpisodeRef, _end, "End the episode and free its environment.", False),
+_SESSION = {"type": "string", "maxLength": 64, "description": "the session_id start returned"}
+_DESCRIPTIONS = {
+    START: "Start a new episode: of a task (task_id, e.g. crafter/eval/17), of a world (seed), or a random "
+    "training world. Without session_id it opens a new session and returns its session_id; with one, the "
+    "session plays the new episode. Returns the first observation.",
+    END: "End the session and free its environment.",
 }
 
 
-def tool_definitions(settings: Settings) -> list[types.Tool]:
+def tool_definitions(settings: Settings) -> list[dict[str, Any]]:
+    """The tools, as MCP `Tool` JSON: the shared layer's, each taking the session it acts on."""
+    max_actions = settings.max_actions_per_decision
     tools = []
-    for name, (model, _, description, read_only) in _TOOLS.items():
-        schema = model.model_json_schema()
-        schema.pop("title", None)
-        for field in schema.get("properties", {}).values():
-            field.pop("title", None)
-        if model is Interact:
-            schema["properties"]["actions"].update(
-                items={"type": "string", "enum": list(ACTIONS)}, maxItems=settings.max_actions_per_decision
-            )
-        annotations = types.ToolAnnotations(readOnlyHint=read_only, openWorldHint=False)
-        tools.append(types.Tool(name=name, description=description, inputSchema=schema, annotations=annotations))
+    for name, spec in TOOLS.items():
+        schema = spec.input_schema(max_actions)
+        schema["properties"] = {"session_id": _SESSION, **schema.get("properties", {})}
+        if name != START:
+            schema["required"] = ["session_id", *schema.get("required", [])]
+        read_only = name == "observe"
+        tools.append(
+            {
+                "name": name,
+                "description": _DESCRIPTIONS.get(name, spec.description),
+                "inputSchema": schema,
+                "annotations": {"readOnlyHint": read_only, "openWorldHint": False},
+            }
+        )
+    end_schema = {"type": "object", "properties": {"session_id": _SESSION}, "required": ["session_id"]}
+    tools.append({"name": END, "description": _DESCRIPTIONS[END], "inputSchema": end_schema})
     return tools
 
 
-def _error(exc: TaskAppError) -> types.CallToolResult:
+def _answer(result: ToolResult) -> dict[str, Any]:
+    return _text(result.text, result.structured())
+
+
+def _error(exc: TaskAppError) -> dict[str, Any]:
     error = error_body(exc.code, exc.message, retryable=exc.retryable, **exc.details)["error"]
     if isinstance(exc, RateLimited):
         error["retry_after_s"] = exc.retry_after_s
-    return types.CallToolResult(
-        content=[types.TextContent(type="text", text=f"Error ({exc.code}): {exc.message}")],
-        structuredContent={"error": error},
-        isError=True,
-    )
+    text = f"Error ({exc.code}): {exc.message}"
+    return {"content": [{"type": "text", "text": text}], "structuredContent": {"error": error}, "isError": True}
 
 
-def _invalid(exc: ValidationError) -> InvalidRequest:
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in first["loc"])
-    return InvalidRequest(f"{where}: {first['msg']}" if where else str(first["msg"]), code="invalid_arguments")
+def _session_id(arguments: dict[str, Any]) -> str:
+    session_id = arguments.pop("session_id", None)
+    if not isinstance(session_id, str) or not session_id:
+        raise InvalidRequest("arguments.session_id: a session_id from start is required", code="invalid_tool_arguments")
+    return session_id
 
 
-def build_server(get_state: Callable[[], AppState], settings: Settings) -> Server[Any, Any]:
-    """The SDK's low-level server with the episode tools; `get_state` gives the app's shared objects."""
-    server: Server[Any, Any] = Server(
-        SERVER_NAME, instructions=f"{system_prompt(settings.max_actions_per_decision)}{USAGE}"
-    )
-    tools = tool_definitions(settings)
+def _text(text: str, facts: dict[str, Any]) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "structuredContent": facts}
 
-    @server.list_tools()  # type: ignore[no-untyped-call, untyped-decorator]
-    async def list_tools() -> list[types.Tool]:
+
+async def _open(state: AppState, arguments: dict[str, Any]) -> dict[str, Any]:
+    """`start` without a session: a new session on the task's (or seed's) world."""
+    try:
+        parsed = StartArguments.model_validate(arguments)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in ("arguments", *first["loc"]))
+        raise InvalidRequest(f"{START}: {where}: {first['msg']}", code="invalid_tool_arguments") from None
+    session_id, view = await state.sessions.tools.open(KEY_SCOPE, task_id=parsed.task_id, seed=parsed.seed)
+    world = view.task_id or f"seed {view.seed}"
+    return _answer(result_of(session_id, START, view, f"Session {session_id}: episode started, {world}."))
+
+
+async def call_tool(state: AppState, name: str, given: dict[str, Any] | None) -> dict[str, Any]:
+    """One MCP tool call, as the JSON of a `CallToolResult`."""
+    tools = state.sessions.tools
+    arguments = dict(given or {})
+    try:
+        if name == START and "session_id" not in arguments:
+            return await _open(state, arguments)
+        session_id = _session_id(arguments)
+        if name != END:
+            return _answer(await tools.call(KEY_SCOPE, session_id, name, arguments))
+        if arguments:
+            raise InvalidRequest(f"{END} takes only session_id, not {sorted(arguments)}", code="invalid_tool_arguments")
+        await tools.close(KEY_SCOPE, session_id)
+        return _text(f"Session {session_id} ended.", {"session_id": session_id, "ended": True})
+    except TaskAppError as exc:
+        return _error(exc)
+
+
+def build_server(get_state: Callable[[], AppState], settings: Settings) -> Any:
+    """The SDK's low-level server with the tools; `get_state` gives the app's shared objects."""
+    instructions = f"{system_prompt(settings.max_actions_per_decision)}{USAGE}"
+    tools = [types.Tool.model_validate(tool) for tool in tool_definitions(settings)]
+
+    async def answer(name: str, arguments: dict[str, Any] | None) -> Any:
+        return types.CallToolResult.model_validate(await call_tool(get_state(), name, arguments))
+
+    server_class: Any = Server
+    if SDK_MAJOR >= 2:
+
+        async def on_list_tools(ctx: Any, params: Any) -> Any:
+            return types.ListToolsResult.model_validate(
+                {"tools": [tool.model_dump(by_alias=True, exclude_none=True) for tool in tools]}
+            )
+
+        async def on_call_tool(ctx: Any, params: Any) -> Any:
+            return await answer(params.name, params.arguments)
+
+        return server_class(
+            SERVER_NAME, instructions=instructions, on_list_tools=on_list_tools, on_call_tool=on_call_tool
+        )
+
+    server = server_class(SERVER_NAME, instructions=instructions)
+
+    @server.list_tools()  # type: ignore[untyped-decorator]
+    async def list_tools() -> list[Any]:
         return tools
 
     @server.call_tool(validate_input=False)  # type: ignore[untyped-decorator]
-    async def call_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        entry = _TOOLS.get(name)
-        try:
-            if entry is None:
-                raise NotFound(f"unknown tool {name!r}; the tools are {', '.join(_TOOLS)}", code="unknown_tool")
-            model, handler, _, _ = entry
-            try:
-                args = model.model_validate(arguments)
-            except ValidationError as exc:
-                raise _invalid(exc) from None
-            text, facts = await handler(get_state(), args)
-        except TaskAppError as exc:
-            return _error(exc)
-        return types.CallToolResult(content=[types.TextContent(type="text", text=text)], structuredContent=facts)
+    async def call(name: str, arguments: dict[str, Any]) -> Any:
+        return await answer(name, arguments)
 
     return server
 

@@ -1,11 +1,11 @@
-"""The ORS routes the `openreward` client uses, each behind the key (`X-API-Key`), on env sessions.
+"""The ORS routes the `openreward` client uses, each behind the key (`X-API-Key`), on the doors' tool sessions.
 
     GET  /health                                   liveness (public, as the main app's)
     GET  /list_environments                        ["crafter"]
     GET  /tools /splits                            the one tool, `interact_many`; the splits
-    POST /tasks /num_tasks /task /task_range       the tasks of a split (a task is a world: its seed)
+    POST /tasks /num_tasks /task /task_range       the tasks of a split (core/tasks.py: train, eval)
     POST /create_session                           a new session id (server-sent events: task_id, end)
-    POST /create                      X-Session-ID  the episode: an env session for the task
+    POST /create                      X-Session-ID  the episode: a tool session on the task's world
     GET  /prompt /messages /task_tools X-Session-ID what the agent reads first; the session's tools
     POST /call                        X-Session-ID  a tool call: its reward and `finished` (server-sent events)
     POST /ping /delete /delete_session X-Session-ID keep alive; end the episode
@@ -29,22 +29,23 @@ from fastapi.responses import StreamingResponse
 
 from ...core import json_codec
 from ...core.errors import BadRequest, Gone, InvalidRequest, NotFound
+from ...core.tasks import ENV_NAME, Task, Tasks
 from ...game import TOOL_NAME
-from ...policy.prompts import system_prompt, tool_schema, turn_text
+from ...policy.prompts import system_prompt, turn_text
 from ...sessions.ors_sessions import OrsSession, OrsSessions, already_created
-from .. import episodes
+from ...sessions.tools import KEY_SCOPE, TOOLS
 from ..auth import check_api_key
 from ..responses import JSONBytes
 from ..state import AppState
 from ..strict_json import StrictJSONRoute
 from .models import CreateEpisode, SplitQuery, TaskQuery, TaskRangeQuery, ToolCall
 
-ENV_NAME = episodes.ENV_NAME
 CHUNK_CHARS = 4096  # the client joins `chunk` events up to the `end` event
 RESUME_WAIT_S = 30.0  # how long a reconnecting call waits for the answer of the call it resumes
 RESUME_POLL_S = 0.05
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 MAX_LISTED_TASKS = 10_000  # /tasks answers splits up to this size; larger ones go through /num_tasks + /task
+TOOL = TOOLS[TOOL_NAME]  # the one tool ORS offers: an episode is played, never restarted, by the model
 
 
 def _state(request: Request) -> AppState:
@@ -79,11 +80,8 @@ def _ors(state: AppState) -> OrsSessions:
     return OrsSessions(state.sessions.store, state.settings.sessions_ttl_s)
 
 
-def _task_from_spec(state: AppState, spec: dict[str, Any]) -> dict[str, Any]:
-    split, index = spec.get("split"), spec.get("index")
-    if not isinstance(split, str) or isinstance(index, bool) or not isinstance(index, int):
-        raise InvalidRequest("task_spec must be a task from /tasks or /task (it names its split and index)")
-    return episodes.task(state.settings, split, index)
+def _tasks(state: AppState) -> Tasks:
+    return state.sessions.tools.tasks
 
 
 # --- discovery -----------------------------------------------------------------------------------
@@ -102,8 +100,11 @@ async def list_environments(state: State) -> JSONBytes:
 
 
 def _tools_body(state: AppState) -> dict[str, Any]:
-    function = tool_schema(state.settings.max_actions_per_decision)["function"]
-    tool = {"name": function["name"], "description": function["description"], "input_schema": function["parameters"]}
+    tool = {
+        "name": TOOL.name,
+        "description": TOOL.description,
+        "input_schema": TOOL.input_schema(state.settings.max_actions_per_decision),
+    }
     return {"tools": [tool], "terminal_tool": None, "supports_score_group": False, "message_block_types": ["text"]}
 
 
@@ -112,38 +113,34 @@ async def tools(state: State) -> JSONBytes:
 
 
 async def splits(state: State) -> JSONBytes:
-    return JSONBytes(episodes.splits(state.settings))
+    return JSONBytes([{"name": split.name, "type": split.kind} for split in _tasks(state).splits.values()])
+
+
+def _listed(tasks: list[Task]) -> JSONBytes:
+    return JSONBytes({"tasks": [task.as_dict() for task in tasks], "env_name": ENV_NAME})
 
 
 async def tasks(body: SplitQuery, state: State) -> JSONBytes:
-    count = episodes.num_tasks(state.settings, body.split)
-    if count > MAX_LISTED_TASKS:
-        raise BadRequest(
-            f"the {body.split} split has {count} tasks, too many to list: use /num_tasks and /task (or /task_range)",
+    split = _tasks(state).split(body.split)
+    if split.size > MAX_LISTED_TASKS:
+        raise InvalidRequest(
+            f"the {split.name} split has {split.size} tasks, too many to list: use /num_tasks and /task "
+            "(or /task_range)",
             code="too_many_tasks",
         )
-    return JSONBytes(
-        {"tasks": [episodes.task(state.settings, body.split, index) for index in range(count)], "env_name": ENV_NAME}
-    )
+    return _listed(_tasks(state).page(split.name, None, None, MAX_LISTED_TASKS))
 
 
 async def num_tasks(body: SplitQuery, state: State) -> JSONBytes:
-    return JSONBytes({"num_tasks": episodes.num_tasks(state.settings, body.split)})
+    return JSONBytes({"num_tasks": _tasks(state).split(body.split).size})
 
 
 async def task(body: TaskQuery, state: State) -> JSONBytes:
-    return JSONBytes({"task": episodes.task(state.settings, body.split, body.index), "env_name": ENV_NAME})
+    return JSONBytes({"task": _tasks(state).task(body.split, body.index).as_dict(), "env_name": ENV_NAME})
 
 
 async def task_range(body: TaskRangeQuery, state: State) -> JSONBytes:
-    count = episodes.num_tasks(state.settings, body.split)
-    indices = range(count)[body.start : body.stop]
-    limit = state.settings.task_info_max_seeds
-    if len(indices) > limit:
-        raise BadRequest(f"at most {limit} tasks per /task_range, asked for {len(indices)}", code="too_many_tasks")
-    return JSONBytes(
-        {"tasks": [episodes.task(state.settings, body.split, index) for index in indices], "env_name": ENV_NAME}
-    )
+    return _listed(_tasks(state).page(body.split, body.start, body.stop, state.settings.task_info_max_seeds))
 
 
 # --- sessions ------------------------------------------------------------------------------------
@@ -174,6 +171,13 @@ async def _session(state: AppState, sid: str | None) -> OrsSession:
     return await _ors(state).get(_sid(sid))
 
 
+def _task_of_spec(state: AppState, spec: dict[str, Any]) -> Task:
+    task_id = spec.get("task_id")
+    if not isinstance(task_id, str):
+        raise InvalidRequest("task_spec must be a task from /tasks or /task (it carries its task_id)")
+    return _tasks(state).parse(task_id)
+
+
 @router.post("/create")
 async def create(body: CreateEpisode, state: State, x_session_id: SessionId = None) -> JSONBytes:
     sid = _sid(x_session_id)
@@ -181,41 +185,41 @@ async def create(body: CreateEpisode, state: State, x_session_id: SessionId = No
     if body.toolset_name is not None:
         raise BadRequest("this environment has no toolsets; leave toolset_name unset", code="unknown_toolset")
     if body.task_spec is not None:
-        spec_task = _task_from_spec(state, body.task_spec)
+        chosen = _task_of_spec(state, body.task_spec)
     else:  # the model's validator: split and index are both given
-        spec_task = episodes.task(state.settings, str(body.split), int(body.index or 0))
-    view = await episodes.start(state, spec_task)
-    if not await _ors(state).bind(sid, view.env_id, spec_task):
+        chosen = _tasks(state).task(str(body.split), int(body.index or 0))
+    tools = state.sessions.tools
+    session_id, _ = await tools.open(KEY_SCOPE, task_id=chosen.task_id)
+    if not await _ors(state).bind(sid, session_id, chosen.as_dict()):
         with anyio.CancelScope(shield=True), suppress(NotFound, Gone):
-            await state.sessions.envs.terminate(view.env_id)
+            await tools.close(KEY_SCOPE, session_id)
         raise already_created()
     return JSONBytes({"sid": sid})
 
 
-def _prompt_blocks(state: AppState, text: str) -> list[dict[str, Any]]:
+def _blocks(text: str) -> list[dict[str, Any]]:
     return [{"type": "text", "text": text, "detail": None}]
+
+
+async def _first_turn(state: AppState, session: OrsSession) -> str:
+    view = await state.sessions.tools.state(KEY_SCOPE, session.session_id)
+    return turn_text(view.observation.text, state.settings.max_actions_per_decision)
 
 
 async def prompt(state: State, x_session_id: SessionId = None) -> JSONBytes:
     session = await _session(state, x_session_id)
-    view = await state.sessions.envs.state(session.env_id)
-    max_actions = state.settings.max_actions_per_decision
-    text = f"{system_prompt(max_actions)}\n\n{turn_text(view.observation.text, max_actions)}"
-    return JSONBytes(_prompt_blocks(state, text))
+    rules = system_prompt(state.settings.max_actions_per_decision)
+    return JSONBytes(_blocks(f"{rules}\n\n{await _first_turn(state, session)}"))
 
 
 async def messages(state: State, x_session_id: SessionId = None) -> JSONBytes:
     session = await _session(state, x_session_id)
-    view = await state.sessions.envs.state(session.env_id)
-    max_actions = state.settings.max_actions_per_decision
+    rules = system_prompt(state.settings.max_actions_per_decision)
+    turn = await _first_turn(state, session)
     return JSONBytes(
         [
-            {"role": "system", "blocks": _prompt_blocks(state, system_prompt(max_actions)), "detail": None},
-            {
-                "role": "user",
-                "blocks": _prompt_blocks(state, turn_text(view.observation.text, max_actions)),
-                "detail": None,
-            },
+            {"role": "system", "blocks": _blocks(rules), "detail": None},
+            {"role": "user", "blocks": _blocks(turn), "detail": None},
         ]
     )
 
@@ -233,24 +237,19 @@ async def _run_tool(state: AppState, session: OrsSession, name: str, given: dict
     """The call's answer, as the client's `RunToolOutput` JSON."""
     if name != TOOL_NAME:
         return _tool_error(f"{name!r} is not a valid tool; this environment has {TOOL_NAME!r}", "not_found")
-    actions = given.get("actions")
-    if set(given) != {"actions"} or not isinstance(actions, list) or not actions:
-        return _tool_error(
-            "Tool input validation error: give {'actions': [1 or more action names]}", "input_validation"
-        )
     try:
-        view = await state.sessions.envs.step(session.env_id, [{"tool": TOOL_NAME, "args": {"actions": actions}}])
+        result = await state.sessions.tools.call(KEY_SCOPE, session.session_id, TOOL_NAME, given)
     except InvalidRequest as exc:
+        if exc.code != "invalid_tool_arguments":
+            raise
         return _tool_error(f"Tool input validation error: {exc.message}", "input_validation")
-    if view.episode_over:
+    if result.data.get("episode_over"):
         return _tool_error("the episode is over; delete this session and start another", "episode_finished")
-    metadata = {**episodes.step_facts(view), "task_id": session.task.get("task_id")}
-    text = episodes.result_text(view, state.settings.max_actions_per_decision)
     output = {
-        "blocks": _prompt_blocks(state, text),
-        "metadata": metadata,
-        "reward": view.reward,
-        "finished": view.done,
+        "blocks": _blocks(result.text),
+        "metadata": result.structured(),
+        "reward": result.reward,
+        "finished": result.done,
     }
     return json_codec.dumps({"ok": True, "output": output})
 
@@ -280,7 +279,7 @@ async def call(body: ToolCall, state: State, x_session_id: SessionId = None) -> 
 
 async def ping(state: State, x_session_id: SessionId = None) -> JSONBytes:
     session = await _session(state, x_session_id)
-    await state.sessions.envs.state(session.env_id)  # refreshes the env's idle TTL (410 once it expired)
+    await state.sessions.tools.state(KEY_SCOPE, session.session_id)  # refreshes the idle TTL (410 once expired)
     return JSONBytes({"status": "ok"})
 
 
@@ -289,7 +288,7 @@ async def delete(state: State, x_session_id: SessionId = None) -> JSONBytes:
     session = await _ors(state).unbind(sid)
     if session is not None:
         with anyio.CancelScope(shield=True), suppress(NotFound, Gone):
-            await state.sessions.envs.terminate(session.env_id)
+            await state.sessions.tools.close(KEY_SCOPE, session.session_id)
     return JSONBytes({"sid": sid})
 
 
