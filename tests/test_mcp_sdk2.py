@@ -1,9 +1,10 @@
-"""The MCP door with the `mcp` SDK's 2.x client (`mcp.Client`, httpx2), the line verifiers 0.4 pins.
+"""The MCP door on the `mcp` SDK's 2.x line: its client (`mcp.Client`, httpx2; verifiers 0.4 pins mcp 2)
+against the app's server on mcp 2.x (what a fresh install, e.g. Modal's image, gets) and on mcp 1.x (the
+dev virtualenv's, whose openreward client keeps mcp below 2).
 
-The dev virtualenv holds mcp 1.x (openenv 0.10 needs it, and the app's server runs on it), so this module
-runs in a virtualenv of its own that `.ci/mcp-2` makes (`mcp>=2,<3`, pytest, no task_app), with
-`--noconftest`, against the task app served from the main virtualenv (`TASKAPP_SERVER_PYTHON`) as a child
-process. Under the main suite it is skipped.
+`.ci/mcp-2` runs this module in a virtualenv of its own (the checkout with `mcp>=2,<3`), with
+`--noconftest`; the servers are child processes: this virtualenv's python, and the main one's
+(`TASKAPP_SERVER_PYTHON`). Under the main suite it is skipped.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -36,10 +38,7 @@ SHORT_EPISODE = 24
 START_TIMEOUT_S = 120.0
 
 
-def _server(tmp_path: Path, **settings: Any) -> Iterator[str]:
-    python = os.environ.get("TASKAPP_SERVER_PYTHON")
-    if not python:
-        pytest.fail("set TASKAPP_SERVER_PYTHON to the main virtualenv's python (.ci/mcp-2 does)")
+def _server(python: str, tmp_path: Path, **settings: Any) -> Iterator[str]:
     values = {"environment_api_key": KEY, "warm_up": False, "traces_db": str(tmp_path / "traces.db"), **settings}
     env = {name: value for name, value in os.environ.items() if not name.startswith("TASKAPP_")}
     log = (tmp_path / "server.log").open("w")
@@ -75,9 +74,12 @@ def _server(tmp_path: Path, **settings: Any) -> Iterator[str]:
         log.close()
 
 
-@pytest.fixture(scope="module")
-def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    yield from _server(tmp_path_factory.mktemp("mcp2"), episode_length=SHORT_EPISODE)
+@pytest.fixture(scope="module", params=["server-on-mcp-2", "server-on-mcp-1"])
+def base_url(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    python = sys.executable if request.param == "server-on-mcp-2" else os.environ.get("TASKAPP_SERVER_PYTHON")
+    if not python:
+        pytest.fail("set TASKAPP_SERVER_PYTHON to the main virtualenv's python (.ci/mcp-2 does)")
+    yield from _server(python, tmp_path_factory.mktemp("mcp2"), episode_length=SHORT_EPISODE)
 
 
 @asynccontextmanager
@@ -98,20 +100,21 @@ def test_the_2x_client_plays_an_episode_to_done(base_url: str) -> None:
     async def play() -> None:
         async with _client(base_url, {"X-API-Key": KEY}) as client:
             names = [tool.name for tool in (await client.list_tools()).tools]
-            assert names == ["start_episode", "interact_many", "observe", "snapshot", "restore", "end_episode"]
-            started = await _call(client, "start_episode", task_id="crafter/train/3")
-            episode = started["episode_id"]
-            snapshot = (await _call(client, "snapshot", episode_id=episode))["snapshot_id"]
+            assert names == ["start", "interact_many", "observe", "snapshot", "restore", "end"]
+            started = await _call(client, "start", task_id="crafter/eval/3")
+            session = started["session_id"]
+            snapshot = (await _call(client, "snapshot", session_id=session))["snapshot_id"]
             steps = []
             while not steps or not steps[-1]["done"]:
-                steps.append(await _call(client, "interact_many", episode_id=episode, actions=["move_left", "do"]))
+                steps.append(await _call(client, "interact_many", session_id=session, actions=["move_left", "do"]))
                 assert len(steps) <= SHORT_EPISODE
-            assert steps[-1]["truncated"] and isinstance(steps[-1]["reward"], float) and "unlocks" in steps[-1]
-            restored = await _call(client, "restore", snapshot_id=snapshot)
-            assert restored["observation"] == started["observation"]
-            assert (await _call(client, "end_episode", episode_id=episode))["ended"]
-            refused = await client.call_tool("observe", {"episode_id": episode})
-            assert refused.is_error and refused.structured_content["error"]["code"] == "env_not_found"
+            last = steps[-1]
+            assert last["truncated"] and isinstance(last["reward"], float) and "achievements_added" in last
+            restored = await _call(client, "restore", session_id=session, snapshot_id=snapshot)
+            assert restored["step_idx"] == 0 and not restored["done"]
+            assert (await _call(client, "end", session_id=session))["ended"]
+            refused = await client.call_tool("observe", {"session_id": session})
+            assert refused.is_error and refused.structured_content["error"]["code"] == "session_not_found"
 
     anyio.run(play)
 
