@@ -9,9 +9,13 @@
     volume  /traces: one SQLite file per container, /traces/traces/<task id>.db
     dict    <state dict> (TASKAPP_STATE_BACKEND=modal-dict:<name>): env sessions, shared by every container
     class   CrafterTaskApp: @modal.concurrent; enter(snap=True) imports and JIT-compiles before the memory
-            snapshot; the asgi_app factory runs after restore, so the container's task id, secrets and
+            snapshot; the asgi_app factories run after restore, so the container's task id, secrets and
             settings are the live ones; `run_accepted`, a method started with `.spawn()` for each run
             POST /rollouts accepts, so Modal counts the run as an input of the app (see `spawner`).
+    web     two endpoints of the one class, so one container serves both over one state: `fastapi_app`
+            (https://<workspace>--<label>.modal.run, the app, MCP at /mcp included) and `ors_app`
+            (https://<workspace>--<label>-ors.modal.run, the Open Reward Standard at the root of its own
+            URL, as the openreward client needs; a view of the same app's state, key and caps).
 
 Deploy-time knobs are environment variables of the deploying shell (TASKAPP_MODAL_*, see `DeployConfig`).
 They are also written into the image environment, so this module evaluates to the same objects (the
@@ -238,6 +242,11 @@ def build_secrets(config: DeployConfig) -> list[modal.Secret]:
     return secrets
 
 
+def ors_label(config: DeployConfig) -> str:
+    """The ORS endpoint's label: the app's, suffixed (its URL https://<workspace>--<label>-ors.modal.run)."""
+    return f"{config.label}-ors"
+
+
 CONFIG = DeployConfig.from_environ()
 image = build_image(CONFIG)
 traces_volume = modal.Volume.from_name(CONFIG.volume, create_if_missing=True)
@@ -389,15 +398,27 @@ class CrafterTaskApp:
     def warm(self) -> None:
         warm_up()
 
+    def _web_app(self) -> FastAPI:
+        """The container's one app, built by whichever endpoint's factory Modal calls first."""
+        if getattr(self, "web_app", None) is None:
+            # Outside a Modal container (`.local()`) there is no volume to commit and nothing to spawn on:
+            # accepted runs then run in this process.
+            if modal.is_local():
+                self.web_app = build_app()
+            else:
+                self.web_app = build_app(traces_volume.commit.aio, spawner(self.run_accepted))
+        return self.web_app
+
     @modal.asgi_app(label=CONFIG.label)
     def fastapi_app(self) -> FastAPI:
-        # Outside a Modal container (`.local()`) there is no volume to commit and nothing to spawn on:
-        # accepted runs then run in this process.
-        if modal.is_local():
-            self.web_app = build_app()
-        else:
-            self.web_app = build_app(traces_volume.commit.aio, spawner(self.run_accepted))
-        return self.web_app
+        return self._web_app()
+
+    @modal.asgi_app(label=ors_label(CONFIG))
+    def ors_app(self) -> FastAPI:
+        """The Open Reward Standard on the app's state: no lifespan of its own (Modal starts the app's)."""
+        from task_app.web.ors import create_ors_app
+
+        return create_ors_app(self._web_app())
 
     @modal.method()
     async def run_accepted(self, run_id: str, attempt: int) -> None:

@@ -171,6 +171,11 @@ class Settings(BaseSettings):
     """OpenEnv WebSocket sessions per process; beyond it the `CAPACITY_REACHED` reply."""
     openenv_token_ttl_s: float = Field(default=3600.0, ge=1)
     """Longest lifetime of an OpenEnv session token."""
+    # --- the standard doors for agents and trainers: MCP at /mcp, the Open Reward Standard on its own port --
+    mcp_max_in_flight: int = Field(default=256, ge=1, le=100_000)
+    """MCP requests served at once per process; beyond it 429."""
+    ors_port: int | None = Field(default=None, ge=0, le=65535)
+    """`task-app serve`: also serve the Open Reward Standard on this port."""
 
     # --- runs across the fleet (the run registry in the state store), async submission ----------
     runs_ttl_s: float = Field(default=86_400.0, ge=60)

@@ -32,6 +32,7 @@ from ..tracing.recording import TraceRecorder
 from .handlers import install_error_handlers
 from .limits import BodySizeLimit
 from .loop_lag import LoopLagProbe
+from .mcp_server import install as install_mcp
 from .openapi import PROTECTED, errors
 from .redaction import tokens_kept_out_of_server_logs
 from .responses import JSONBytes
@@ -165,6 +166,7 @@ def create_app(settings: Settings, handover: Handover | None = None) -> FastAPI:
     ):
         app.include_router(router)
     openenv.install(app)
+    install_mcp(app)  # MCP for agents at /mcp (mcp_server.py)
     # The viewer's HTML route and the metrics' text, with their JSON errors declared for the OpenAPI schema.
     app.include_router(view.router, responses=errors(*PROTECTED, 404, 409, 422, non_json=True))
     app.include_router(metrics_route.router, responses=errors(*PROTECTED, non_json=True))
