@@ -33,12 +33,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 from pydantic import SecretStr
-from yarl import URL
 
 from ..core.clock import loop_time
 from ..core.errors import NotConfigured
 from ..core.json_codec import dumps_bytes, loads
-from ..core.outbound import AnswerTooLarge, Outbound, SendFailure, parse_url, post
+from ..core.outbound import AnswerTooLarge, Outbound, SendFailure, Target, parse_url, post
 from ..core.settings import Settings
 from .base import PolicyError
 
@@ -72,7 +71,6 @@ _PASSTHROUGH_SELF_HOSTED = (
     "allowed_token_ids",
 )
 _ERROR_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_OK = 200  # an answer too large to read was a 2xx (outbound.post refuses only those)
 RESPONSE_TOO_LARGE = "response_too_large"
 _HTTP_TOO_MANY_REQUESTS = 429
 _HTTP_SERVER_ERROR = 500
@@ -125,7 +123,7 @@ class InferenceTarget:
     provider: str
     api_key: SecretStr | None = field(default=None, repr=False)
     # Parsed once rather than on every request; None when it does not parse (the str is sent and refused).
-    http_url: URL | None = field(default=None, init=False, repr=False, compare=False)
+    http_url: Target | None = field(default=None, init=False, repr=False, compare=False)
     host: str = field(default="", init=False, repr=False, compare=False)  # lower-case, for logs
 
     def __post_init__(self) -> None:
@@ -382,7 +380,7 @@ class InferenceClient:
         return wait
 
     async def _attempt(
-        self, url: URL | str, content: bytes, headers: dict[str, str], remaining: float | None
+        self, url: Target | str, content: bytes, headers: dict[str, str], remaining: float | None
     ) -> tuple[int, dict[str, Any] | None, str | None]:
         """One request: (status, parsed body or None, why the body is unusable). Raises _Retryable/PolicyError."""
         limits = self.limits
@@ -401,8 +399,8 @@ class InferenceClient:
                 total_timeout_s=budget if remaining is None else min(budget, remaining + DEADLINE_GRACE_S),
                 max_bytes=limits.max_response_bytes,
             )
-        except AnswerTooLarge:
-            return _OK, None, RESPONSE_TOO_LARGE
+        except AnswerTooLarge as exc:
+            return exc.status, None, RESPONSE_TOO_LARGE
         except SendFailure as exc:
             if exc.kind == SendFailure.REQUEST:
                 raise PolicyError(f"cannot send the inference request: {exc}", code="inference_request_error") from exc
