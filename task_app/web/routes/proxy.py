@@ -35,6 +35,7 @@ from fastapi import APIRouter, Body
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
+from ...core.backoff import retry_after_seconds
 from ...core.errors import (
     InvalidRequest,
     TaskAppError,
@@ -46,7 +47,7 @@ from ...core.errors import (
 from ...core.json_codec import dumps_bytes
 from ...core.outbound import AnswerTooLarge, SendFailure, Stream, open_stream, post
 from ...core.settings import Settings
-from ...policy.inference import PROVIDER_GROQ, PROVIDER_OPENAI, InferenceTarget, resolve_target, retry_after_seconds
+from ...policy.inference import PROVIDER_GROQ, PROVIDER_OPENAI, InferenceTarget, resolve_target
 from ...policy.vendors import (
     offers_tool_call,
     sanitised_error_body,
