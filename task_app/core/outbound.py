@@ -10,16 +10,21 @@ connections (`core.http1`; why not a library's: docs/decisions/http-client.md). 
     SendFailure      no HTTP answer, or (from `Stream.chunks`) the body broke off; `kind` says how
 
 It stores no cookies (rollouts of different trainers share it), follows no redirects and reads no proxy
-environment variables.
+environment variables. The pool's size follows the rollout cap (`Settings.outbound_max_connections`):
+one connection per rollout's model call, as many again for the proxies and callbacks.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from . import http1
+
+logger = logging.getLogger(__name__)
 
 ERROR_BODY_BYTES = 4096  # enough for a vendor's error JSON; the rest of an error body is dropped
 _OK_MIN, _OK_MAX = 200, 299
@@ -32,10 +37,37 @@ class Outbound:
 
     pool: http1.Pool
 
+    def report(self, rollout_cap: int) -> dict[str, Any]:
+        """The pool for `/health`: its size, what is open, and a `warning` when it is smaller than the cap."""
+        pool = self.pool
+        report: dict[str, Any] = {"max_connections": pool.max_connections, "open": pool.open, "idle": pool.idle}
+        warning = pool_warning(pool.max_connections, rollout_cap)
+        if warning is not None:
+            report["warning"] = warning
+        return report
+
+
+def pool_warning(max_connections: int, rollout_cap: int) -> str | None:
+    """What a pool smaller than the rollout cap costs, or None when it is not."""
+    if max_connections >= rollout_cap:
+        return None
+    return (
+        f"TASKAPP_INFERENCE_MAX_CONNECTIONS ({max_connections}) is below TASKAPP_MAX_CONCURRENT_ROLLOUTS "
+        f"({rollout_cap}): beyond {max_connections} rollouts, model calls wait for a free connection "
+        "(leave it unset to follow the cap)"
+    )
+
 
 @asynccontextmanager
-async def open_session(max_connections: int) -> AsyncIterator[Outbound]:
-    """The process's client; `max_connections` bounds the sockets open to all hosts together."""
+async def open_session(max_connections: int, *, rollout_cap: int | None = None) -> AsyncIterator[Outbound]:
+    """The process's client; `max_connections` bounds the sockets open to all hosts together. With
+    `rollout_cap`, a log line says the pool's size, as a warning when it is smaller than the cap."""
+    if rollout_cap is not None:
+        warning = pool_warning(max_connections, rollout_cap)
+        if warning is not None:
+            logger.warning("outbound pool: %s", warning)
+        else:
+            logger.info("outbound pool: at most %d connections (%d rollouts)", max_connections, rollout_cap)
     pool = http1.Pool(max_connections)
     try:
         yield Outbound(pool)

@@ -92,7 +92,12 @@ class Settings(BaseSettings):
     inference_backoff_s: float = Field(default=0.5, ge=0)
     inference_backoff_max_s: float = Field(default=8.0, ge=0)
     inference_max_response_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
-    inference_max_connections: int = Field(default=512, ge=1)
+    inference_max_connections: int | None = Field(
+        default=None,
+        ge=1,
+        description="connections open at once to model servers, vendors and callback receivers "
+        "(default: twice max_concurrent_rollouts)",
+    )
     inference_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     openai_base_url: str = "https://api.openai.com/v1"
     groq_base_url: str = "https://api.groq.com/openai/v1"
@@ -164,6 +169,12 @@ class Settings(BaseSettings):
         if self.runs_lost_after_s < 3 * self.runs_heartbeat_s:
             raise ValueError("TASKAPP_RUNS_LOST_AFTER_S must be at least 3 x TASKAPP_RUNS_HEARTBEAT_S")
         return self
+
+    @property
+    def outbound_max_connections(self) -> int:
+        """The outbound pool's size: the setting, else one connection per rollout's model call and as
+        many again for the vendor proxies and the callbacks (the pool opens them only as needed)."""
+        return self.inference_max_connections or 2 * self.max_concurrent_rollouts
 
     @property
     def api_keys(self) -> list[str]:
