@@ -23,7 +23,6 @@ once with what it needs to decide. The rules shared with `policy.config.provider
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -44,7 +43,7 @@ from ...core.errors import (
     UpstreamRefused,
     UpstreamTimeout,
 )
-from ...core.json_codec import dumps_bytes
+from ...core.json_codec import dumps_bytes, loads
 from ...core.outbound import AnswerTooLarge, SendFailure, Stream, open_stream, post
 from ...core.settings import Settings
 from ...policy.inference import PROVIDER_GROQ, PROVIDER_OPENAI, InferenceTarget, resolve_target
@@ -168,7 +167,7 @@ async def _send(
     if not answer.ok:
         raise _vendor_error(vendor, answer.status, answer.body, answer.retry_after, answer.should_retry, settings)
     try:
-        parsed = json.loads(answer.body)
+        parsed = loads(answer.body)
     except (ValueError, RecursionError):
         parsed = None
     if not isinstance(parsed, dict):
