@@ -25,7 +25,7 @@ import pytest
 
 from task_app.core import http1
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]  # loopback asyncio servers in this process
 
 LIMITS = http1.Limits(connect_s=5.0, read_s=5.0, total_s=10.0, max_bytes=10_000, error_bytes=64)
 

@@ -19,8 +19,6 @@ from task_app.core.outbound import open_session
 from task_app.core.settings import Settings
 from task_app.policy.inference import InferenceClient, InferenceLimits, resolve_target
 
-pytestmark = pytest.mark.e2e
-
 CALLS = 600  # more than the 512 connections the pool had whatever the cap
 WAVE_TIMEOUT_S = 20.0
 
@@ -55,6 +53,7 @@ def test_the_pool_is_twice_the_cap_unless_set() -> None:
     assert explicit.outbound_max_connections == 100
 
 
+@pytest.mark.e2e
 @pytest.mark.anyio
 async def test_model_calls_up_to_the_raised_cap_are_in_flight_at_once(fake_model: FakeModel) -> None:
     wave = Wave(CALLS)
@@ -79,6 +78,7 @@ async def test_model_calls_up_to_the_raised_cap_are_in_flight_at_once(fake_model
     assert [result.attempts for result in results] == [1] * CALLS
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("overrides", "max_connections", "warned"),
     [({}, 128, False), ({"inference_max_connections": 16}, 16, True), ({"inference_max_connections": 64}, 64, False)],
