@@ -124,8 +124,9 @@ class Settings(BaseSettings):
     """Longest backoff between attempts; also caps a server's `Retry-After`."""
     inference_max_response_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     """Largest model answer read; a longer one is unusable (a proxied stream ends with an error event)."""
-    inference_max_connections: int = Field(default=512, ge=1)
-    """Pooled connections to model servers (the POSTs; the proxies' streams may open as many again)."""
+    inference_max_connections: int | None = Field(default=None, ge=1)
+    """Connections open at once to model servers, vendors and callback receivers (unset: twice
+    `max_concurrent_rollouts`, so the pool follows the rollout cap)."""
     inference_allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """When set, the only hosts an `inference_url` or `callback_url` may name (comma-separated), against SSRF."""
     openai_base_url: str = "https://api.openai.com/v1"
@@ -229,6 +230,12 @@ class Settings(BaseSettings):
         if self.runs_lost_after_s < 3 * self.runs_heartbeat_s:
             raise ValueError("TASKAPP_RUNS_LOST_AFTER_S must be at least 3 x TASKAPP_RUNS_HEARTBEAT_S")
         return self
+
+    @property
+    def outbound_max_connections(self) -> int:
+        """The outbound pool's size: the setting, else one connection per rollout's model call and as
+        many again for the vendor proxies and the callbacks (the pool opens them only as needed)."""
+        return self.inference_max_connections or 2 * self.max_concurrent_rollouts
 
     @property
     def api_keys(self) -> list[str]:

@@ -91,7 +91,7 @@ async def _serving(app: FastAPI, settings: Settings, tasks: TaskCount) -> AsyncI
         await offload(functools.partial(warm_up, worlds))
     loop_lag = LoopLagProbe(settings.loop_lag_probe_s) if settings.loop_lag_probe_s > 0 else None
     async with (
-        open_session(settings.inference_max_connections) as http,
+        open_session(settings.outbound_max_connections, rollout_cap=settings.max_concurrent_rollouts) as http,
         open_sessions(settings, worlds, offload) as sessions,
     ):
         recorder = TraceRecorder(settings, offload)
