@@ -191,7 +191,7 @@ def test_the_docs_example_runs(
 ) -> None:
     doc = Path(__file__).resolve().parent.parent / "docs" / "doors" / "mcp.md"
     example = re.findall(r"```python\n(.*?)```", doc.read_text(encoding="utf-8"), re.S)[0]
-    monkeypatch.setenv("TASKAPP_URL", short_app.base_url)
+    monkeypatch.setenv("TASK_APP_URL", short_app.base_url)
     monkeypatch.setenv("ENVIRONMENT_API_KEY", TEST_KEY)
     exec(compile(example, str(doc), "exec"), {})  # the page's own code, nothing else
     assert "return:" in capsys.readouterr().out

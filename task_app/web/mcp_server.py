@@ -213,7 +213,9 @@ def install(app: FastAPI) -> None:
 
     @asynccontextmanager
     async def lifespan(application: Any) -> AsyncIterator[Any]:
-        async with manager.run(), inner(application) as state:
+        # The app's resources first: a failed start-up (a broken rubric) raises as itself, not inside the
+        # manager's task group; at shutdown the manager stops before the resources close.
+        async with inner(application) as state, manager.run():
             yield state
 
     app.router.lifespan_context = lifespan
