@@ -9,12 +9,16 @@ import copy
 import json
 import time
 from datetime import UTC, datetime
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from conftest import TEST_KEY, AppServer, server_process
+
+pytest.importorskip("openenv", reason="the OpenEnv client runs in its own virtualenv: .ci/openenv")
+
+from conftest import TEST_KEY, AppServer, server_process, wait_until
 from conftest import expect_error as error
 from openenv.cli._validation import validate_running_environment
 from openenv.core.generic_client import GenericEnvClient
@@ -63,7 +67,7 @@ def test_the_openenv_client_plays_the_same_episode_as_the_step_api(client: httpx
         ).json()
         over_http.append(answer["observation"]["text"])
     assert [text for text, *_ in over_ws[:-1]] == over_http
-    assert over_ws[-1] == (sum(len(actions) for actions in moves), 17)
+    assert over_ws[-1] == (len(moves), 17)  # step_count: step calls, not crafter steps
 
 
 def test_openenv_runtime_validation_passes(client: httpx.Client) -> None:
@@ -85,7 +89,8 @@ def test_openenv_http_routes_drive_the_tokens_env(client: httpx.Client) -> None:
         }
         error(plain.post(f"{base}/step", json={"action": {"actions": ["noop"]}}), 409, "not_reset")
         reset = plain.post(f"{base}/reset", json={}).json()
-        assert set(reset) == {"observation", "reward", "done"} and reset["reward"] is None
+        assert set(reset) == {"observation", "reward", "done", "metadata"} and reset["reward"] is None
+        assert reset["metadata"]["task_id"] == "crafter/train/4" and reset["metadata"]["session_id"]
         stepped = plain.post(f"{base}/step", json={"action": {"actions": ["move_left", "bogus"]}}).json()
         assert stepped["observation"]["actions"] == ["move_left"]
         assert stepped["observation"]["rejected"] == [{"item": "bogus", "reason": "unknown action"}]
@@ -100,7 +105,7 @@ def test_openenv_http_routes_drive_the_tokens_env(client: httpx.Client) -> None:
         assert set(plain.get(f"{base}/schema").json()) == {"action", "observation", "state"}
         assert plain.post(f"{base}/mcp", json={}).json()["error"]["code"] == -32600
         tools = plain.post(f"{base}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).json()
-        assert tools["result"]["tools"][0]["name"] == "interact_many"
+        assert [tool["name"] for tool in tools["result"]["tools"]][:2] == ["start", "interact_many"]
 
 
 def test_tokens_expire_are_revocable_and_stand_for_nothing_else(client: httpx.Client, app_server: AppServer) -> None:
@@ -179,10 +184,202 @@ def test_http_sessions_span_processes_and_tokens_stay_out_of_logs(tmp_path: Path
         with httpx.Client(trust_env=False) as plain:
             plain.post(f"{on_first}/reset", json={})
             plain.post(f"{on_second}/step", json={"action": {"actions": ["noop", "noop"]}})
-            assert plain.get(f"{on_first}/state").json()["step_count"] == 2  # one env, served by both
+            assert plain.get(f"{on_first}/state").json()["step_count"] == 1  # one env, served by both
         asyncio.run(play_over_websocket(on_second, 3, [["noop"]]))
+        with first.client() as a, second.client() as b:  # a session of the header door, and its tools
+            reset = a.post("/openenv/reset", json={"task_id": "crafter/eval/1"}).json()
+            session_id = reset["metadata"]["session_id"]
+            b.post("/openenv/step", json={"action": {"actions": ["noop"]}, "session_id": session_id})
+            assert a.get("/openenv/state", params={"session_id": session_id}).json()["step_count"] == 1
+            call = {"name": "interact_many", "arguments": {"actions": ["noop"]}, "session_id": session_id}
+            answer = b.post("/openenv/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call})
+            assert answer.json()["result"]["structuredContent"]["step_count"] == 2
         logs = [server.log_path for server in (first, second)]
     text = "\n".join(path.read_text() for path in logs)
     assert "/openenv/t/***/reset" in text and "/openenv/t/***/ws" in text  # the access log is on...
     assert token["token"] not in text and token["token"][:12] not in text  # ...and holds no token
     assert TEST_KEY not in text
+
+
+# --- the current doors: header auth, MCP, the Task API (openenv 0.10 and 0.4.1 clients) ---------------------
+
+OPENENV = tuple(int(part) for part in version("openenv").split(".")[:2])
+headers_client = pytest.mark.skipif(OPENENV < (0, 9), reason="EnvClient(headers=...) arrived in openenv 0.9")
+NOOPS = {"actions": ["noop"] * 4}
+
+
+@pytest.fixture
+def short_episodes(make_app_server: Any) -> AppServer:
+    """Episodes of 20 crafter steps: 5 steps of 4 noops reach `done` (truncated)."""
+    server: AppServer = make_app_server(episode_length=20)
+    return server
+
+
+def play_to_done_sync(env: Any) -> list[Any]:
+    result = env.reset(task_id="crafter/eval/4", episode_id="ep-sync")
+    seen = [result.metadata["task_id"]]
+    while not result.done:
+        result = env.step(NOOPS)
+    state = env.state()
+    return [*seen, state["step_count"], state["episode_id"], result.metadata["step_count"]]
+
+
+@headers_client
+def test_the_openenv_client_plays_to_done_with_the_key_in_a_header(short_episodes: AppServer) -> None:
+    base = f"{short_episodes.base_url}/openenv"
+
+    async def play() -> list[Any]:
+        async with GenericEnvClient(base_url=base, headers={"X-API-Key": TEST_KEY}) as env:
+            result = await env.reset(seed=3, episode_id="ep-async")
+            steps = 0
+            while not result.done:
+                result = await env.step({"actions": ["move_left", "bogus", "noop", "noop", "noop"]})
+                steps += 1
+            state = await env.state()
+            rejected = result.metadata["rejected"]
+            return [steps, state["step_count"], state["episode_id"], state["task_id"], rejected]
+
+    assert asyncio.run(play()) == [5, 5, "ep-async", "crafter/train/3", [{"item": "bogus", "reason": "unknown action"}]]
+    with GenericEnvClient(base_url=base, headers={"Authorization": f"Bearer {TEST_KEY}"}).sync() as env:
+        assert play_to_done_sync(env) == ["crafter/eval/4", 5, "ep-sync", 5]
+    with pytest.raises(ConnectionError, match="403"):
+        with GenericEnvClient(base_url=base, headers={"X-API-Key": "not-the-key"}).sync() as env:
+            env.reset()
+
+
+def test_the_header_door_needs_the_key_and_a_session(short_episodes: AppServer) -> None:
+    client, anonymous = short_episodes.client(), short_episodes.client(key=None)
+    for method, path in [
+        ("POST", "/reset"),
+        ("POST", "/step"),
+        ("GET", "/state"),
+        ("GET", "/health"),
+        ("POST", "/mcp"),
+        ("GET", "/list_environments"),
+        ("GET", "/crafter/splits"),
+    ]:
+        error(anonymous.request(method, f"/openenv{path}", content=b"{bad"), 401, "unauthorized")
+    with pytest.raises(InvalidStatus):
+        connect(ws_url(f"{short_episodes.base_url}/openenv"), open_timeout=5).close()
+    reset = client.post("/openenv/reset", json={"task_id": "crafter/train/8", "episode_id": "e1"}).json()
+    session_id = reset["metadata"]["session_id"]
+    error(client.post("/openenv/step", json={"action": NOOPS}), 422, "missing_session_id")
+    stepped = client.post("/openenv/step", json={"action": NOOPS, "session_id": session_id}).json()
+    assert stepped["metadata"]["step_count"] == 1 and stepped["observation"]["metadata"] == stepped["metadata"]
+    state = client.get("/openenv/state", params={"session_id": session_id}).json()
+    assert (state["step_count"], state["episode_id"], state["seed"]) == (1, "e1", 8)
+    error(client.get("/openenv/state", params={"session_id": "x" * 22}), 404, "session_not_found")
+    error(client.post("/openenv/reset", json={"task_id": "crafter/eval/256"}), 422, "task_index_out_of_range")
+
+
+def test_the_task_api_on_both_doors(client: httpx.Client) -> None:
+    token_base = mint(client)["base_url"]
+    with httpx.Client(trust_env=False) as plain:
+        for base, http in ((token_base, plain), (f"{str(client.base_url).rstrip('/')}/openenv", client)):
+            assert http.get(f"{base}/list_environments").json() == ["crafter"]
+            splits = http.get(f"{base}/crafter/splits").json()
+            assert [(split["name"], split["type"], split["num_tasks"]) for split in splits] == [
+                ("train", "train", 2**31 - 256),
+                ("eval", "test", 256),
+            ]
+            assert http.post(f"{base}/crafter/num_tasks", json={"split": "eval"}).json() == {"num_tasks": 256}
+            listed = http.post(f"{base}/crafter/tasks", json={"split": "eval"}).json()
+            assert len(listed["tasks"]) == 256 and listed["env_name"] == "crafter"
+            task = http.post(f"{base}/crafter/task", json={"split": "eval", "index": 17}).json()["task"]
+            assert task == listed["tasks"][17] and task["task_id"] == "crafter/eval/17"
+            assert task["seed"] == 2**31 - 256 + 17 and task["config"] == {"area": [64, 64], "length": 10000}
+            page = http.post(f"{base}/crafter/task_range", json={"split": "train", "start": 5, "stop": 8}).json()
+            assert [t["task_id"] for t in page["tasks"]] == ["crafter/train/5", "crafter/train/6", "crafter/train/7"]
+            tail = http.post(f"{base}/crafter/task_range", json={"split": "eval", "start": -2}).json()["tasks"]
+            assert [t["index"] for t in tail] == [254, 255]
+            error(http.get(f"{base}/minecraft/splits"), 404, "unknown_env")
+            error(
+                http.post(f"{base}/crafter/task", json={"split": "eval", "index": 256}), 422, "task_index_out_of_range"
+            )
+            error(http.post(f"{base}/crafter/num_tasks", json={"split": "dev"}), 422, "unknown_split")
+            error(http.post(f"{base}/crafter/task_range", json={"split": "train"}), 422, "too_many_tasks")
+            error(http.post(f"{base}/crafter/tasks", json={"split": "eval", "x": 1}), 422, "invalid_request")
+            error(http.post(f"{base}/crafter/tasks", content=b"{"), 400, "invalid_json")
+
+
+def test_mcp_tool_client_plays_an_episode(short_episodes: AppServer) -> None:
+    """openenv >= 0.5: HTTP openenv/session/create + the WebSocket attached with ?session_id=; before: tool
+    calls as steps over the WebSocket. Both through a token URL; 0.9+ also with the key in a header."""
+    from openenv.core.mcp_client import MCPToolClient
+
+    token_base = mint(short_episodes.client())["base_url"]
+    doors = [(token_base, None)]
+    if OPENENV >= (0, 9):
+        doors.append((f"{short_episodes.base_url}/openenv", {"X-API-Key": TEST_KEY}))
+
+    async def play(base: str, headers: dict[str, str] | None) -> list[Any]:
+        extra = {"headers": headers} if headers else {}
+        async with MCPToolClient(base_url=base, **extra) as env:
+            names = [tool.name for tool in await env.list_tools()]
+            started = await env.call_tool("start", task_id="crafter/eval/2")
+            result, calls = started, 0
+            while not result["done"]:
+                result = await env.call_tool("interact_many", actions=["noop"] * 4)
+                calls += 1
+            saved = await env.call_tool("snapshot")
+            again = await env.call_tool("restore", snapshot_id=saved["snapshot_id"])
+            with pytest.raises(RuntimeError, match="unknown_tool|fly"):
+                await env.call_tool("fly")
+            return [names, started["task_id"], calls, result["step_count"], again["done"]]
+
+    for base, headers in doors:
+        names, task_id, calls, step_count, done = asyncio.run(play(base, headers))
+        assert names == ["start", "interact_many", "observe", "snapshot", "restore"]
+        assert (task_id, calls, step_count, done) == ("crafter/eval/2", 5, 5, True)
+
+
+def test_mcp_over_http_and_the_websocket_frame(make_app_server: Any) -> None:
+    server: AppServer = make_app_server(episode_length=20, sessions_max_envs=2)
+    one, other = mint(server.client())["base_url"], mint(server.client())["base_url"]
+
+    def rpc(base: str, method: str, **params: Any) -> httpx.Response:
+        body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+        return httpx.post(f"{base}/mcp", json=body, trust_env=False, timeout=30)
+
+    session_id = rpc(one, "openenv/session/create", task_id="crafter/train/2").json()["result"]["session_id"]
+    called = rpc(one, "tools/call", name="interact_many", arguments={"actions": ["noop"]}, session_id=session_id)
+    result = called.json()["result"]
+    assert result["isError"] is False and result["structuredContent"]["seed"] == 2
+    assert result["content"][0]["text"].startswith("Ran: noop.")
+    foreign = rpc(other, "tools/call", name="observe", session_id=session_id).json()["error"]  # another token's
+    assert (foreign["code"], foreign["data"]["code"]) == (-32602, "session_not_found")
+    assert rpc(one, "tools/call", name="observe").json()["error"]["data"]["code"] == "missing_session_id"
+    assert rpc(one, "nope").json()["error"]["code"] == -32601
+    assert rpc(one, "openenv/session/create").status_code == 200  # the second of two envs
+    refused = rpc(one, "openenv/session/create")
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+    assert refused.json()["error"]["data"]["code"] == "too_many_envs"
+    assert rpc(one, "openenv/session/close", session_id=session_id).json()["result"]["closed"] is True
+    with connect(ws_url(one), open_timeout=5) as socket:  # a plain connection: its own game until a tool call
+
+        def ask(message: dict[str, Any]) -> dict[str, Any]:
+            socket.send(json.dumps(message))
+            reply: dict[str, Any] = json.loads(socket.recv(timeout=30))
+            return reply
+
+        ask({"type": "reset", "data": {"seed": 5}})
+        ask({"type": "step", "data": {"actions": ["noop", "noop"]}})
+        listed = ask({"type": "mcp", "data": {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}})
+        assert listed["type"] == "mcp" and len(listed["data"]["result"]["tools"]) == 5
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "observe"}}
+        observed = ask({"type": "mcp", "data": call})["data"]["result"]["structuredContent"]
+        assert (observed["seed"], observed["step_idx"], observed["step_count"]) == (5, 2, 1)  # the game moved along
+        assert ask({"type": "state"})["data"]["session_id"] == observed["session_id"]
+        tool_step = ask(
+            {
+                "type": "step",
+                "data": {"type": "call_tool", "tool_name": "interact_many", "arguments": {"actions": ["noop"]}},
+            }
+        )
+        assert tool_step["data"]["observation"]["tool_name"] == "interact_many" and tool_step["data"]["reward"] == 0
+        assert (
+            ask({"type": "step", "data": {"type": "list_tools"}})["data"]["observation"]["tools"][0]["name"] == "start"
+        )
+    wait_until(lambda: server.health()["sessions"]["websockets"] == 0)
+    with connect(ws_url(one) + "?session_id=" + "x" * 22, open_timeout=5) as unknown:
+        assert json.loads(unknown.recv(timeout=10))["data"]["code"] == "SESSION_ERROR"

@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from .tasks import TASK_ID_MAX_LENGTH
+
 # Letters, digits and `._:-`, with no two dots in a row and at least one character that is not a dot:
 # "." and ".." are path names, and a run id ends up in URLs and file names (no lookahead: the pattern
 # is checked by pydantic-core's regex engine and published in the OpenAPI schema).
@@ -26,6 +28,9 @@ class EnvSpec(_Lenient):
     env_name: str | None = None
     config: dict[str, Any] = Field(default_factory=dict)
     seed: int | None = None
+    task_id: str | None = Field(
+        default=None, max_length=TASK_ID_MAX_LENGTH, description="the world by task id, e.g. crafter/eval/17"
+    )
 
 
 class PolicySpec(_Lenient):

@@ -10,7 +10,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .tasks import TASK_ID_MAX_LENGTH
+
 MAX_TOOL_CALLS = 64  # tool calls in one step request (each may name several actions)
+TASK_ID_FIELD = Field(
+    default=None,
+    max_length=TASK_ID_MAX_LENGTH,
+    description="the world by task id (e.g. crafter/eval/17) instead of, or agreeing with, `seed`",
+)
 
 
 class _Lenient(BaseModel):
@@ -18,7 +25,8 @@ class _Lenient(BaseModel):
 
 
 class EnvCreateRequest(_Lenient):
-    """`POST /create`: a new env. A null seed draws a random world; `info.seed` says which."""
+    """`POST /create`: a new env, named by `seed` or `task_id`; neither draws a random train world
+    (`info.seed` and `info.task_id` say which)."""
 
     model_config = ConfigDict(
         extra="ignore",
@@ -27,6 +35,7 @@ class EnvCreateRequest(_Lenient):
     env_name: str
     config: dict[str, Any] = Field(default_factory=dict)
     seed: int | None = None
+    task_id: str | None = TASK_ID_FIELD
     parent_env_id: str | None = None  # accepted and ignored, as in the seed
     rl_run_id: str | None = Field(default=None, max_length=200)
 
@@ -34,6 +43,7 @@ class EnvCreateRequest(_Lenient):
 class EnvResetRequest(_Lenient):
     env_id: str
     seed: int | None = None
+    task_id: str | None = TASK_ID_FIELD
 
 
 class EnvStepRequest(_Lenient):
@@ -119,6 +129,7 @@ class TokenRequest(_Lenient):
 
     ttl_s: float | None = Field(default=None, gt=0, description="lifetime; at most TASKAPP_OPENENV_TOKEN_TTL_S")
     seed: int | None = Field(default=None, description="the world of the token's HTTP env (random when null)")
+    task_id: str | None = TASK_ID_FIELD
     config: dict[str, Any] = Field(default_factory=dict, description="env config, as for /create")
 
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from ..core.contracts import RolloutRequest
 from ..core.errors import InvalidRequest, UnknownName, json_kind, quoted
 from ..core.settings import Settings
+from ..core.tasks import TRAIN, Tasks, check_area
 from ..game.bounds import MAX_AREA_SIDE, MAX_EPISODE_LENGTH, MIN_AREA_SIDE, valid_area
 from ..policy.config import PolicyConfig
 from ..policy.inference import PROVIDER_CUSTOM, chat_completions_url, provider_of, vendor_url
@@ -265,10 +266,17 @@ def _names(request: RolloutRequest, math_alias: bool) -> tuple[str, str]:
     return env_name, policy_name
 
 
-def _seed(request: RolloutRequest, settings: Settings) -> int:
+def _seed(request: RolloutRequest, area: tuple[int, int], settings: Settings) -> int:
+    """The world: `env.seed` or `env.task_id` (422 when they disagree); with neither, a train seed
+    derived from the run id."""
+    tasks = Tasks(settings)
+    task = tasks.resolve(request.env.task_id, request.env.seed, where="env.")
+    check_area(task, area, where="env.config.area")
+    if task is not None:
+        return task.seed
     seed = request.env.seed
     if seed is None:
-        return seed_from_run_id(request.run_id, settings.max_seed)
+        return seed_from_run_id(request.run_id, tasks.splits[TRAIN].size - 1)
     if not 0 <= seed <= settings.max_seed:
         raise InvalidRequest(f"env.seed must be in [0, {settings.max_seed}]", code="seed_out_of_range")
     return seed
@@ -346,7 +354,7 @@ def build_plan(request: RolloutRequest, settings: Settings) -> RolloutPlan:
         mode=request.mode,
         env_name=env_name,
         policy_name=policy_name,
-        seed=_seed(request, settings),
+        seed=_seed(request, _area(env_config, settings), settings),
         area=_area(env_config, settings),
         length=env_config.length or settings.episode_length,
         difficulty=env_config.difficulty,

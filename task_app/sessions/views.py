@@ -22,7 +22,7 @@ def observation_body(view: EnvView) -> dict[str, Any]:
 
 
 def _env_info(view: EnvView) -> dict[str, Any]:
-    return {"seed": view.seed, "episode": view.episode, "done": view.done}
+    return {"seed": view.seed, "task_id": view.task_id, "episode": view.episode, "done": view.done}
 
 
 def created_body(view: EnvView) -> dict[str, Any]:
