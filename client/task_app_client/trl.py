@@ -145,4 +145,6 @@ def crafter_env_factory(
 ) -> Callable[[], CrafterEnv]:
     """A no-argument factory of `CrafterEnv`s with these arguments, for `environment_factory=`.
     It pickles (AsyncGRPOTrainer sends the factory to a child process); each env opens its own client."""
-    return functools.partial(CrafterEnv, base_url, api_key, observation=observation, retry=retry, timeout=timeout)
+    return functools.partial(
+        CrafterEnv, base_url, api_key, observation=observation, config=config, retry=retry, timeout=timeout
+    )
