@@ -148,12 +148,12 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
         yield served
 
 
-@pytest.fixture(scope="session")
-def fake_model() -> Iterator[FakeModelProcess]:
-    """The server suite's loopback fake model (tests/fake_model.py; it answers `move_left, do`), run by
-    the server's interpreter, which has its dependencies (uvicorn, starlette)."""
+@contextmanager
+def serve_fake_model(*mode: str) -> Iterator[FakeModelProcess]:
+    """The server suite's loopback fake model (tests/fake_model.py), run by the server's interpreter,
+    which has its dependencies (uvicorn, starlette); `mode` "text" answers in text (fake_model_process.py)."""
     process = subprocess.Popen(
-        [str(server_venv() / "bin" / "python"), str(FAKE_MODEL_LAUNCHER)],
+        [str(server_venv() / "bin" / "python"), str(FAKE_MODEL_LAUNCHER), *mode],
         env=child_environment(PYTHONPATH=str(SUITE_SUPPORT)),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -172,6 +172,13 @@ def fake_model() -> Iterator[FakeModelProcess]:
             process.kill()
             process.wait()
         process.stdout.close()
+
+
+@pytest.fixture(scope="session")
+def fake_model() -> Iterator[FakeModelProcess]:
+    """The fake model answering the tool call `interact_many(move_left, do)`."""
+    with serve_fake_model() as served:
+        yield served
 
 
 @pytest.fixture
