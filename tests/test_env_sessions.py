@@ -20,9 +20,10 @@ from task_app.core.settings import Settings
 from task_app.core.tasks import EVAL_FIRST_SEED, Tasks
 from task_app.game import ACTIONS, Game, WorldFactory
 from task_app.sessions import EnvSessions, EnvSpec, SessionLimits
-from task_app.sessions.openenv import WsSession
+from task_app.sessions.openenv import WsConnection
+from task_app.sessions.openenv_mcp import Door
 from task_app.sessions.records import log_key
-from task_app.sessions.tools import ToolSessions
+from task_app.sessions.tools import KEY_SCOPE, ToolSessions
 from task_app.store import StateStore
 from task_app.store.memory import MemoryStore
 from task_app.store.modal_dict import ModalDictStore
@@ -288,14 +289,15 @@ async def test_replaced_and_evicted_worlds_are_freed_without_the_cycle_collector
 
 async def test_an_openenv_session_frees_its_worlds_without_the_cycle_collector(worlds: WorldFactory) -> None:
     recorded = RecordedWorlds(worlds)
-    session = WsSession(SPEC, recorded, SessionLimits(), inline)  # type: ignore[arg-type]
+    tools = tool_sessions(MemoryStore(), worlds)
+    session = WsConnection(SPEC, Door(KEY_SCOPE), tools, recorded, inline)  # type: ignore[arg-type]
     gc.disable()
     try:
         for seed in (3, 4):
             answer, _ = await session.handle(json.dumps({"type": "reset", "data": {"seed": seed}}))
             assert answer is not None and answer["type"] == "observation"
         assert recorded.made[0]() is None  # replaced by the second reset
-        session.close()  # the connection ended
+        await session.close()  # the connection ended
         assert len(recorded.made) == 2 and recorded.made[1]() is None
     finally:
         gc.enable()

@@ -1,4 +1,5 @@
-"""build_plan: every default, alias, cap and client mistake of a RolloutRequest (CONTRACT.md §2)."""
+"""build_plan: every default, alias, cap and client mistake of a RolloutRequest (docs/contract.md,
+"The rollout request")."""
 
 from __future__ import annotations
 

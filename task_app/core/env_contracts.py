@@ -1,6 +1,7 @@
-"""Wire models of the env-session routes: the seed system's shapes (seed-behaviour §1.4-1.5) and OpenEnv's.
+"""Wire models of the env-session routes: the old system's shapes (docs/compatibility.md, "Env-session
+routes") and OpenEnv's.
 
-Requests ignore unknown keys, as the seed's did; handlers answer with bytes, and these response models
+Requests ignore unknown keys, as the old system's did; handlers answer with bytes, and these response models
 document what they hold (OpenAPI).
 """
 
@@ -47,7 +48,8 @@ class EnvResetRequest(_Lenient):
 
 
 class EnvStepRequest(_Lenient):
-    """`tool_calls` in any shape CONTRACT §5 accepts (e.g. `{"tool": "interact_many", "args": {"actions": [...]}}`)."""
+    """`tool_calls` in any shape docs/contract.md ("The tool") accepts (e.g. `{"tool": "interact_many",
+    "args": {"actions": [...]}}`)."""
 
     env_id: str
     tool_calls: list[Any] = Field(default_factory=list, max_length=MAX_TOOL_CALLS)

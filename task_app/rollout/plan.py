@@ -94,7 +94,7 @@ def _invalid(exc: ValidationError, where: str, code: str) -> InvalidRequest:
 
 
 def apply_math_alias(request: RolloutRequest) -> tuple[RolloutRequest, bool]:
-    """The seed system's math→crafter remap for old trainer configs (seed-behaviour §11)."""
+    """The old system's math→crafter remap for old trainer configs (docs/compatibility.md, "Compatibility shims")."""
     names = (request.env.env_name, request.env.env_id, request.policy.policy_name, request.policy.policy_id)
     if not any(isinstance(name, str) and name.strip().lower().startswith("math") for name in names):
         return request, False
@@ -146,7 +146,7 @@ def _op_error(index: int, raw: Any) -> InvalidRequest:
 def normalise_ops(raw_ops: list[Any], keep: int) -> tuple[str, ...]:
     """The first `keep` ops as `agent` / `env`. Every op is checked (a bad one anywhere is a 422 naming
     the first by index), resolving each distinct spelling once: `["agent", "env"] * 50000` costs a
-    set() of the list, not 100000 alias lookups (benchmarks/ B7)."""
+    set() of the list, not 100000 alias lookups (docs/performance.md has what a long list costs)."""
     try:
         names: list[Any] = raw_ops
         distinct = set(raw_ops)  # strings, the usual form (and other scalars, which are refused)

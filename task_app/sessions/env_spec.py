@@ -1,10 +1,10 @@
 """What an env session is made of (`EnvSpec`) and the limits sessions run under (`SessionLimits`).
 
-A create request's `config` is the seed system's free-form dict (seed-behaviour §1.4); the keys we
-read are typed here, everything else is ignored (as the seed did): `area`, `length` (crafter steps
-per episode), `image_size` (a frame in every observation, in pixels; none when absent). `difficulty`
-/ `world_config` are accepted and have no effect, as in the seed (§3.1: crafter has one world
-generator).
+A create request's `config` is the old system's free-form dict (docs/compatibility.md, "Env-session
+routes"); the keys we read are typed here, everything else is ignored (as the old system did): `area`,
+`length` (crafter steps per episode), `image_size` (a frame in every observation, in pixels; none when
+absent). `difficulty` / `world_config` are accepted and have no effect, as in the old system (crafter
+has one world generator).
 """
 
 from __future__ import annotations

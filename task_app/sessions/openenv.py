@@ -12,9 +12,10 @@
 Shapes as openenv-core's server writes them: an observation reply is `{"observation": {...}, "reward",
 "done"}` (its `serialize_observation`), an error `{"type": "error", "data": {"message", "code", ...}}`.
 An action is `{"actions": [...]}` (names or ids, executed in order), `{"action": name}` or
-`{"tool_calls": [...]}` in any shape CONTRACT §5 accepts; or an MCP-style action (`{"type": "list_tools"}`,
-`{"type": "call_tool", "tool_name", "arguments"}`: what openenv < 0.5's MCPToolClient steps with). Replies
-carry `metadata` (openenv >= 0.4): the session, the task, what ran, what was rejected, what was unlocked.
+`{"tool_calls": [...]}` in any shape docs/contract.md ("The tool") accepts; or an MCP-style action
+(`{"type": "list_tools"}`, `{"type": "call_tool", "tool_name", "arguments"}`: what openenv < 0.5's
+MCPToolClient steps with). Replies carry `metadata` (openenv >= 0.4): the session, the task, what ran,
+what was rejected, what was unlocked.
 """
 
 from __future__ import annotations

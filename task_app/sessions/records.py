@@ -8,6 +8,8 @@
     env/<id>/snap-slot/<k>    one of the env's snapshot slots (TTL), holding a snapshot id
     slots/<i>                 one of TASKAPP_SESSIONS_MAX_ENVS env slots (TTL, refreshed while in use)
     snap/<sid>                a snapshot: the env's spec and a checkpoint (TTL)
+    tool-sessions/<id>        a tool session: the env it plays now (`tools.py`; TTL)
+    openenv/tokens/<digest>   an OpenEnv token, and /session the token's own tool session (`openenv_tokens.py`)
 
 Ids come from `secrets.token_urlsafe(16)` (128 bits); a client-sent id that does not have that form
 cannot name anything and is answered as not found before any key is built from it.

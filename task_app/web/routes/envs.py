@@ -1,6 +1,7 @@
-"""Env sessions with the seed system's paths and shapes (seed-behaviour §1.4-1.5), all behind the key.
+"""Env sessions with the old system's paths and shapes (docs/compatibility.md, "Env-session routes"),
+all behind the key.
 
-    /create /reset /step /snapshot /restore /terminate /branch      the seed's task-app mount (root)
+    /create /reset /step /snapshot /restore /terminate /branch      the old task app's mount (root)
     /CrafterClassic/initialize|step|terminate                        its compat routes
     /env/create ... /env/terminate                                   the hosted service's /env mount
     /env/{env_name}/initialize|step|terminate                        synth-ai's TaskAppClient.env helper
