@@ -63,3 +63,18 @@ def test_max_turns_ends_an_episode_and_terminates_its_session(app: App) -> None:
     assert second["metadata"]["actions"] == ["noop"] and second["metadata"]["truncated"] is True
     with app.client() as client, pytest.raises((NotFoundError, GoneError)):
         Env(client, EnvState(env_id=info["env_id"], observation=Observation())).step("noop")
+
+
+def test_the_docs_example_runs(app: App, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/trainers/skyrl.md's Python block, as written (TASK_APP_URL and ENVIRONMENT_API_KEY set)."""
+    import re
+
+    from conftest import REPO
+
+    page = (REPO / "docs" / "trainers" / "skyrl.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"```python\n(.*?)```", page, re.S)
+    monkeypatch.setenv("TASK_APP_URL", app.base_url)
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", KEY)
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec(compile(block, "docs/trainers/skyrl.md", "exec"), namespace)
+    assert namespace["output"]["metadata"]["actions"] == ["move_left", "do"]
