@@ -26,7 +26,7 @@ from ._errors import (
     ServiceUnavailableError,
     TaskAppClientError,
 )
-from ._requests import EnvSpec, PolicySpec, RolloutRequest, rollout_request
+from ._requests import EnvSpec, ObservationFormat, PolicySpec, RolloutRequest, rollout_request
 from ._results import (
     AbortResult,
     AppInfo,
@@ -73,6 +73,7 @@ __all__ = [
     "InternalServerError",
     "NotFoundError",
     "Observation",
+    "ObservationFormat",
     "PolicySpec",
     "RateLimitError",
     "Rejection",

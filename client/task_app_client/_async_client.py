@@ -15,6 +15,7 @@ from ._client import DEFAULT_LIMITS, Client, Env
 from ._config import RetryPolicy, Timeout
 from ._errors import TaskAppClientError
 from ._flow import Flow, Sleep
+from ._requests import ObservationFormat
 from ._results import (
     AbortResult,
     AppInfo,
@@ -89,18 +90,22 @@ class AsyncClient(BaseClient):
         task_id: str | None = None,
         config: Mapping[str, Any] | None = None,
         rl_run_id: str | None = None,
+        observation: ObservationFormat | None = None,
         extra_body: Mapping[str, Any] | None = None,
         timeout: float | None = None,
     ) -> EnvOpening:
         """Create an env session: `env = await client.env(...)`, or `async with client.env(...) as env`."""
-        return EnvOpening(self._opened(self._create(seed, task_id, config, rl_run_id, extra_body, timeout)))
+        flow = self._create(seed, task_id, config, rl_run_id, observation, extra_body, timeout)
+        return EnvOpening(self._opened(flow, observation))
 
-    def restore(self, snapshot_id: str, *, timeout: float | None = None) -> EnvOpening:
+    def restore(
+        self, snapshot_id: str, *, observation: ObservationFormat | None = None, timeout: float | None = None
+    ) -> EnvOpening:
         """A new env session in the state of a snapshot: awaitable, or an async context manager."""
-        return EnvOpening(self._opened(self._restore(snapshot_id, timeout)))
+        return EnvOpening(self._opened(self._restore(snapshot_id, observation, timeout), observation))
 
-    async def _opened(self, flow: Flow[EnvState]) -> AsyncEnv:
-        return AsyncEnv(self, await self._run(flow))
+    async def _opened(self, flow: Flow[EnvState], observation: ObservationFormat | None) -> AsyncEnv:
+        return AsyncEnv(self, await self._run(flow), observation)
 
     # --- rollouts ---------------------------------------------------------------------------------
 
@@ -183,7 +188,7 @@ class AsyncEnv(BaseEnv[AsyncClient]):
 
     async def branch(self, num_children: int = 1, *, timeout: float | None = None) -> list[AsyncEnv]:
         states = await self._client._run(self._branch(num_children, timeout))
-        return [AsyncEnv(self._client, state) for state in states]
+        return [AsyncEnv(self._client, state, self.observation_format) for state in states]
 
     async def terminate(self, *, timeout: float | None = None) -> None:
         await self._client._run(self._terminate(timeout))

@@ -15,7 +15,7 @@ from ._calls import Call
 from ._config import KEY_HEADER, Config, RetryPolicy, Timeout
 from ._errors import GoneError, NotFoundError
 from ._flow import Deadline, Flow
-from ._requests import RolloutRequest, rollout_body, tool_calls_of
+from ._requests import ObservationFormat, RolloutRequest, rollout_body, tool_calls_of
 from ._results import (
     AbortResult,
     AppInfo,
@@ -82,13 +82,16 @@ class BaseClient:
         task_id: str | None,
         config: Mapping[str, Any] | None,
         rl_run_id: str | None,
+        observation: ObservationFormat | None,
         extra_body: Mapping[str, Any] | None,
         timeout: float | None,
     ) -> Flow[EnvState]:
-        return self._send(calls.create_env(seed, task_id, config, rl_run_id, extra_body), timeout)
+        return self._send(calls.create_env(seed, task_id, config, rl_run_id, observation, extra_body), timeout)
 
-    def _restore(self, snapshot_id: str, timeout: float | None) -> Flow[EnvState]:
-        return self._send(calls.restore(snapshot_id), timeout)
+    def _restore(
+        self, snapshot_id: str, observation: ObservationFormat | None, timeout: float | None
+    ) -> Flow[EnvState]:
+        return self._send(calls.restore(snapshot_id, observation), timeout)
 
     def _rollout(self, request: RolloutRequestLike, timeout: float | None) -> Flow[RolloutResult]:
         return self._send(calls.rollout(rollout_body(request)), timeout, waits=True)
@@ -143,12 +146,16 @@ ClientT = TypeVar("ClientT", bound=BaseClient)
 
 
 class BaseEnv(Generic[ClientT]):
-    """An env session's id and latest state, and its operations as flows that keep that state."""
+    """An env session's id and latest state, and its operations as flows that keep that state.
 
-    def __init__(self, client: ClientT, state: EnvState) -> None:
+    `observation_format` ("full" or "compact", None: the server's default) is sent with every step and
+    reset, so the session's observations keep the format it was opened with."""
+
+    def __init__(self, client: ClientT, state: EnvState, observation_format: ObservationFormat | None = None) -> None:
         if state.env_id is None:
             raise ValueError("an env needs its env_id")
         self._client = client
+        self.observation_format = observation_format
         self.env_id: str = state.env_id
         self.observation: Observation = state.observation
         self.info: EnvInfo = state.info
@@ -172,7 +179,7 @@ class BaseEnv(Generic[ClientT]):
         extra_body: Mapping[str, Any] | None,
         timeout: float | None,
     ) -> Flow[StepResult]:
-        call = calls.step(self.env_id, tool_calls_of(actions, tool_calls), extra_body)
+        call = calls.step(self.env_id, tool_calls_of(actions, tool_calls), self.observation_format, extra_body)
         result = yield from self._client._send(call, timeout)
         self.observation, self.info, self.step_idx = result.observation, result.info, result.step_idx
         self.done, self.reward = result.done, result.reward
@@ -181,7 +188,7 @@ class BaseEnv(Generic[ClientT]):
     def _reset(
         self, seed: int | None, task_id: str | None, extra_body: Mapping[str, Any] | None, timeout: float | None
     ) -> Flow[EnvState]:
-        call = calls.reset(self.env_id, seed, task_id, extra_body)
+        call = calls.reset(self.env_id, seed, task_id, self.observation_format, extra_body)
         return self._keep((yield from self._client._send(call, timeout)))
 
     def _snapshot(self, timeout: float | None) -> Flow[Snapshot]:

@@ -18,7 +18,7 @@ import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ._errors import APIResponseValidationError, retry_after_s
-from ._requests import ENV_NAME
+from ._requests import ENV_NAME, ObservationFormat
 from ._results import (
     AbortResult,
     AppInfo,
@@ -102,38 +102,52 @@ def _none(response: httpx.Response) -> None:
 # --- env sessions -------------------------------------------------------------------------------
 
 
+def _optional(**fields: Any) -> dict[str, Any]:
+    """The fields that are set (a server that predates one never sees it unless it is used)."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
 def create_env(
     seed: int | None,
     task_id: str | None,
     config: Mapping[str, Any] | None,
     rl_run_id: str | None,
+    observation: ObservationFormat | None,
     extra_body: Mapping[str, Any] | None,
 ) -> Call[EnvState]:
     body: dict[str, Any] = {"env_name": ENV_NAME, "seed": seed, "config": dict(config or {})}
-    if task_id is not None:
-        body["task_id"] = task_id
-    if rl_run_id is not None:
-        body["rl_run_id"] = rl_run_id
+    body |= _optional(task_id=task_id, rl_run_id=rl_run_id, observation=observation)
     return Call("POST", "/create", model(_NewEnv), {**body, **(extra_body or {})})
 
 
-def reset(env_id: str, seed: int | None, task_id: str | None, extra_body: Mapping[str, Any] | None) -> Call[EnvState]:
-    body: dict[str, Any] = {"env_id": env_id, "seed": seed}
-    if task_id is not None:
-        body["task_id"] = task_id
+def reset(
+    env_id: str,
+    seed: int | None,
+    task_id: str | None,
+    observation: ObservationFormat | None,
+    extra_body: Mapping[str, Any] | None,
+) -> Call[EnvState]:
+    body: dict[str, Any] = {"env_id": env_id, "seed": seed, **_optional(task_id=task_id, observation=observation)}
     return Call("POST", "/reset", model(EnvState), {**body, **(extra_body or {})})
 
 
-def step(env_id: str, tool_calls: list[dict[str, Any]], extra_body: Mapping[str, Any] | None) -> Call[StepResult]:
-    return Call("POST", "/step", model(StepResult), {"env_id": env_id, "tool_calls": tool_calls, **(extra_body or {})})
+def step(
+    env_id: str,
+    tool_calls: list[dict[str, Any]],
+    observation: ObservationFormat | None,
+    extra_body: Mapping[str, Any] | None,
+) -> Call[StepResult]:
+    body = {"env_id": env_id, "tool_calls": tool_calls, **_optional(observation=observation)}
+    return Call("POST", "/step", model(StepResult), {**body, **(extra_body or {})})
 
 
 def snapshot(env_id: str) -> Call[Snapshot]:
     return Call("POST", "/snapshot", model(Snapshot), {"env_id": env_id})
 
 
-def restore(snapshot_id: str) -> Call[EnvState]:
-    return Call("POST", "/restore", model(_NewEnv), {"snapshot_id": snapshot_id})
+def restore(snapshot_id: str, observation: ObservationFormat | None) -> Call[EnvState]:
+    body = {"snapshot_id": snapshot_id, **_optional(observation=observation)}
+    return Call("POST", "/restore", model(_NewEnv), body)
 
 
 _BRANCHES = TypeAdapter(dict[str, list[str]])

@@ -14,6 +14,7 @@ from ._base import BaseClient, BaseEnv, RolloutRequestLike
 from ._config import RetryPolicy, Timeout
 from ._errors import TaskAppClientError
 from ._flow import Flow, Sleep
+from ._requests import ObservationFormat
 from ._results import (
     AbortResult,
     AppInfo,
@@ -96,15 +97,20 @@ class Client(BaseClient):
         task_id: str | None = None,
         config: Mapping[str, Any] | None = None,
         rl_run_id: str | None = None,
+        observation: ObservationFormat | None = None,
         extra_body: Mapping[str, Any] | None = None,
         timeout: float | None = None,
     ) -> Env:
-        """Create an env session (`POST /create`) on world `seed` (random when None) or task `task_id`."""
-        return Env(self, self._run(self._create(seed, task_id, config, rl_run_id, extra_body, timeout)))
+        """Create an env session (`POST /create`) on world `seed` (random when None) or task `task_id`;
+        `observation` is the format of its observation text ("full" or "compact"; None: the server's default)."""
+        state = self._run(self._create(seed, task_id, config, rl_run_id, observation, extra_body, timeout))
+        return Env(self, state, observation)
 
-    def restore(self, snapshot_id: str, *, timeout: float | None = None) -> Env:
+    def restore(
+        self, snapshot_id: str, *, observation: ObservationFormat | None = None, timeout: float | None = None
+    ) -> Env:
         """A new env session in the state of a snapshot (`POST /restore`)."""
-        return Env(self, self._run(self._restore(snapshot_id, timeout)))
+        return Env(self, self._run(self._restore(snapshot_id, observation, timeout)), observation)
 
     # --- rollouts ---------------------------------------------------------------------------------
 
@@ -200,7 +206,8 @@ class Env(BaseEnv[Client]):
 
     def branch(self, num_children: int = 1, *, timeout: float | None = None) -> list[Env]:
         """`num_children` new sessions, each a copy of this one as it is now."""
-        return [Env(self._client, state) for state in self._client._run(self._branch(num_children, timeout))]
+        states = self._client._run(self._branch(num_children, timeout))
+        return [Env(self._client, state, self.observation_format) for state in states]
 
     def terminate(self, *, timeout: float | None = None) -> None:
         """End the session (idempotent: an env that is already gone counts as terminated)."""

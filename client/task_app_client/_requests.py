@@ -19,6 +19,9 @@ SCRIPTED_POLICY = "crafter-scripted"
 # Items of a model's output that are tool calls: OpenAI chat `tool_calls` entries ("function") and
 # Responses-API output items ("function_call"); other output items (reasoning, messages) are not sent.
 TOOL_CALL_TYPES = frozenset({"function", "function_call"})
+# The observation text a model reads: "full" (the map, vitals, inventory, achievements and the nearest
+# resources, with a legend and explanations) or "compact" (the same facts in a terse form; docs/trainers/).
+ObservationFormat = Literal["full", "compact"]
 
 
 def new_run_id() -> str:
@@ -36,6 +39,7 @@ class EnvSpec(_Request):
     seed: int | None = None
     task_id: str | None = None
     config: dict[str, Any] = Field(default_factory=dict)
+    observation: ObservationFormat | None = None  # the text the policy reads; the server's default is "full"
 
 
 class PolicySpec(_Request):
@@ -71,13 +75,15 @@ def rollout_request(
     mode: Literal["rl", "eval"] = "eval",
     env_config: Mapping[str, Any] | None = None,
     record: Mapping[str, Any] | None = None,
+    observation: ObservationFormat | None = None,
     **fields: Any,
 ) -> RolloutRequest:
     """A rollout of `decisions` agent/env turns of `policy` on world `seed` or task `task_id` (a fresh
     run_id unless given).
 
     `policy_config` is the policy's config (for `crafter-react`: `model`, `inference_url`, ...); its
-    `max_llm_calls` defaults to `decisions`. `fields` are further body fields (`safety`, `on_done`, ...).
+    `max_llm_calls` defaults to `decisions`. `observation` is the text the policy reads ("full", the
+    server's default, or "compact"). `fields` are further body fields (`safety`, `on_done`, ...).
     """
     config = dict(policy_config or {})
     if policy != SCRIPTED_POLICY:
@@ -85,7 +91,7 @@ def rollout_request(
     return RolloutRequest(
         run_id=run_id or new_run_id(),
         mode=mode,
-        env=EnvSpec(seed=seed, task_id=task_id, config=dict(env_config or {})),
+        env=EnvSpec(seed=seed, task_id=task_id, config=dict(env_config or {}), observation=observation),
         policy=PolicySpec(policy_name=policy, config=config),
         ops=["agent", "env"] * decisions,
         record=dict(record or {}),

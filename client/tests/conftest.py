@@ -148,12 +148,12 @@ def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
         yield served
 
 
-@pytest.fixture(scope="session")
-def fake_model() -> Iterator[FakeModelProcess]:
-    """The server suite's loopback fake model (tests/fake_model.py; it answers `move_left, do`), run by
-    the server's interpreter, which has its dependencies (uvicorn, starlette)."""
+@contextmanager
+def serve_fake_model(*mode: str) -> Iterator[FakeModelProcess]:
+    """The server suite's loopback fake model (tests/fake_model.py), run by the server's interpreter,
+    which has its dependencies (uvicorn, starlette); `mode` "text" answers in text (fake_model_process.py)."""
     process = subprocess.Popen(
-        [str(server_venv() / "bin" / "python"), str(FAKE_MODEL_LAUNCHER)],
+        [str(server_venv() / "bin" / "python"), str(FAKE_MODEL_LAUNCHER), *mode],
         env=child_environment(PYTHONPATH=str(SUITE_SUPPORT)),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -174,6 +174,13 @@ def fake_model() -> Iterator[FakeModelProcess]:
         process.stdout.close()
 
 
+@pytest.fixture(scope="session")
+def fake_model() -> Iterator[FakeModelProcess]:
+    """The fake model answering the tool call `interact_many(move_left, do)`."""
+    with serve_fake_model() as served:
+        yield served
+
+
 @pytest.fixture
 def client(app: App) -> Iterator[Client]:
     with app.client() as made:
@@ -189,3 +196,14 @@ def _no_client_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 FAST_RETRY = RetryPolicy(attempts=4, backoff=0.05, max_backoff=0.2, jitter=0.25)
 SHORT = Timeout(connect=2.0, total=10.0, rollout=60.0)
+
+
+ADAPTERS_VARIABLE = "TASK_APP_ADAPTER_TESTS"
+
+
+def trainer_library(module: str) -> object:
+    """The trainer library an adapter test needs: skipped where it is not installed (the client's own
+    run), but a failure in the trainer's CI virtualenv, which names it in `TASK_APP_ADAPTER_TESTS`."""
+    if module in os.environ.get(ADAPTERS_VARIABLE, "").split(","):
+        return __import__(module)
+    return pytest.importorskip(module)

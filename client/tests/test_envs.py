@@ -178,3 +178,19 @@ def test_create_waits_out_a_real_429_until_an_env_is_free(one_env_app: App) -> N
         finally:
             freeing.join()
         assert time.monotonic() - started >= 5.0  # the server's Retry-After
+
+
+def test_an_env_keeps_the_observation_format_it_was_opened_with(client: Client) -> None:
+    with client.env(seed=7, observation="compact") as env:
+        assert env.observation_format == "compact"
+        assert env.observation.text.splitlines()[1].startswith("HP 9")
+        assert "Key: " in env.step("noop").observation.text
+        assert "Key: " in env.reset(seed=8).observation.text
+        (child,) = env.branch(1)
+        with child:
+            assert "Key: " in child.step("noop").observation.text
+        snapshot = env.snapshot()
+        with client.restore(snapshot.snapshot_id) as full:  # a restored session names its own format
+            assert "Map around you" in full.step("noop").observation.text
+    with client.env(seed=7) as plain:
+        assert plain.observation_format is None and "Map around you" in plain.observation.text

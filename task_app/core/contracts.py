@@ -31,6 +31,9 @@ class EnvSpec(_Lenient):
     task_id: str | None = Field(
         default=None, max_length=TASK_ID_MAX_LENGTH, description="the world by task id, e.g. crafter/eval/17"
     )
+    observation: Literal["full", "compact"] = Field(
+        default="full", description='the observation text the policy reads: "full" or "compact"'
+    )
 
 
 class PolicySpec(_Lenient):

@@ -7,13 +7,17 @@ document what they hold (OpenAPI).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from .tasks import TASK_ID_MAX_LENGTH
 
 MAX_TOOL_CALLS = 64  # tool calls in one step request (each may name several actions)
+# The observation text's format: "full" (with its explanations) or "compact" (the same facts, fewer tokens).
+ObservationFormat = Annotated[
+    Literal["full", "compact"], Field(description='the observation text\'s format: "full" or "compact"')
+]
 TASK_ID_FIELD = Field(
     default=None,
     max_length=TASK_ID_MAX_LENGTH,
@@ -39,12 +43,14 @@ class EnvCreateRequest(_Lenient):
     task_id: str | None = TASK_ID_FIELD
     parent_env_id: str | None = None  # accepted and ignored, as in the seed
     rl_run_id: str | None = Field(default=None, max_length=200)
+    observation: ObservationFormat = "full"
 
 
 class EnvResetRequest(_Lenient):
     env_id: str
     seed: int | None = None
     task_id: str | None = TASK_ID_FIELD
+    observation: ObservationFormat = "full"
 
 
 class EnvStepRequest(_Lenient):
@@ -53,6 +59,7 @@ class EnvStepRequest(_Lenient):
 
     env_id: str
     tool_calls: list[Any] = Field(default_factory=list, max_length=MAX_TOOL_CALLS)
+    observation: ObservationFormat = "full"
 
 
 class EnvIdRequest(_Lenient):
@@ -61,6 +68,7 @@ class EnvIdRequest(_Lenient):
 
 class EnvRestoreRequest(_Lenient):
     snapshot_id: str
+    observation: ObservationFormat = "full"
 
 
 class BranchRequest(_Lenient):

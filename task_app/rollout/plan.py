@@ -19,6 +19,7 @@ from ..core.errors import InvalidRequest, UnknownName, json_kind, quoted
 from ..core.settings import Settings
 from ..core.tasks import TRAIN, Tasks, check_area
 from ..game.bounds import MAX_AREA_SIDE, MAX_EPISODE_LENGTH, MIN_AREA_SIDE, valid_area
+from ..game.compact_text import TextFormat
 from ..policy.config import PolicyConfig
 from ..policy.inference import PROVIDER_CUSTOM, chat_completions_url, provider_of, vendor_url
 from .rewards import StepRewardConfig
@@ -70,6 +71,7 @@ class RolloutPlan:
     max_time_s: float
     max_actions: int
     image_size: int | None
+    text_format: TextFormat  # the observation text the policy reads: "full" or "compact"
     step_rewards: StepRewardConfig
     trace_correlation_id: str
     inference_url: str | None  # the chat-completions URL the policy calls, its query (?cid=) kept; None: no model
@@ -368,6 +370,7 @@ def build_plan(request: RolloutRequest, settings: Settings) -> RolloutPlan:
         max_time_s=min(request.safety.max_time_s, settings.max_time_s),
         max_actions=settings.max_actions_per_decision,
         image_size=policy.image_size if (policy.use_vision or policy.image_only_mode) else None,
+        text_format=request.env.observation,
         step_rewards=step_rewards,
         trace_correlation_id=trace_correlation_id(policy, request.mode, request.run_id),
         inference_url=_policy_url(policy_name, policy, settings),

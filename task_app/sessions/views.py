@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..game.compact_text import TextFormat, observation_text
 from .manager import EnvView, SnapshotInfo
 
 
-def observation_body(view: EnvView) -> dict[str, Any]:
+def observation_body(view: EnvView, text_format: TextFormat = "full") -> dict[str, Any]:
     observation = view.observation
-    body = {**observation.data, "text": observation.text}
+    body = {**observation.data, "text": observation_text(observation, text_format)}
     if observation.image_png is not None:
         body["observation_image_base64"] = observation.image_base64
         body["observation_image_data_url"] = observation.image_data_url
@@ -25,18 +26,18 @@ def _env_info(view: EnvView) -> dict[str, Any]:
     return {"seed": view.seed, "task_id": view.task_id, "episode": view.episode, "done": view.done}
 
 
-def created_body(view: EnvView) -> dict[str, Any]:
+def created_body(view: EnvView, text_format: TextFormat = "full") -> dict[str, Any]:
     """create, restore, `/CrafterClassic/initialize`: `{env_id, observation, info, step_idx}`."""
     return {
         "env_id": view.env_id,
-        "observation": observation_body(view),
+        "observation": observation_body(view, text_format),
         "info": _env_info(view),
         "step_idx": view.step_idx,
     }
 
 
-def reset_body(view: EnvView) -> dict[str, Any]:
-    return {"observation": observation_body(view), "info": _env_info(view), "step_idx": view.step_idx}
+def reset_body(view: EnvView, text_format: TextFormat = "full") -> dict[str, Any]:
+    return {"observation": observation_body(view, text_format), "info": _env_info(view), "step_idx": view.step_idx}
 
 
 def step_info(view: EnvView) -> dict[str, Any]:
@@ -54,10 +55,10 @@ def step_info(view: EnvView) -> dict[str, Any]:
     return info
 
 
-def step_body(view: EnvView) -> dict[str, Any]:
+def step_body(view: EnvView, text_format: TextFormat = "full") -> dict[str, Any]:
     """`{observation, done, info, reward, truncated, step_idx}`; `reward` is crafter's own."""
     return {
-        "observation": observation_body(view),
+        "observation": observation_body(view, text_format),
         "done": view.done,
         "info": step_info(view),
         "reward": view.reward,

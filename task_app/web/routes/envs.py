@@ -48,16 +48,17 @@ EnvName = Annotated[str, Path(max_length=64, description="crafter or CrafterClas
 
 async def create(body: EnvCreateRequest, state: StateDep) -> JSONBytes:
     spec = build_spec(body.env_name, body.config, body.seed, body.rl_run_id, state.settings, body.task_id)
-    return JSONBytes(created_body(await state.sessions.envs.create(spec)))
+    return JSONBytes(created_body(await state.sessions.envs.create(spec), body.observation))
 
 
 async def reset(body: EnvResetRequest, state: StateDep) -> JSONBytes:
     task = state.taskset.tasks.resolve(body.task_id, body.seed)
-    return JSONBytes(reset_body(await state.sessions.envs.reset(body.env_id, body.seed, task=task)))
+    view = await state.sessions.envs.reset(body.env_id, body.seed, task=task)
+    return JSONBytes(reset_body(view, body.observation))
 
 
 async def step(body: EnvStepRequest, state: StateDep) -> JSONBytes:
-    return JSONBytes(step_body(await state.sessions.envs.step(body.env_id, body.tool_calls)))
+    return JSONBytes(step_body(await state.sessions.envs.step(body.env_id, body.tool_calls), body.observation))
 
 
 async def snapshot(body: EnvIdRequest, state: StateDep) -> JSONBytes:
@@ -65,7 +66,7 @@ async def snapshot(body: EnvIdRequest, state: StateDep) -> JSONBytes:
 
 
 async def restore(body: EnvRestoreRequest, state: StateDep) -> JSONBytes:
-    return JSONBytes(created_body(await state.sessions.envs.restore(body.snapshot_id)))
+    return JSONBytes(created_body(await state.sessions.envs.restore(body.snapshot_id), body.observation))
 
 
 async def terminate(body: EnvIdRequest, state: StateDep) -> JSONBytes:
