@@ -48,7 +48,7 @@ BODY = {"model": "fake", "messages": [{"role": "user", "content": "hi"}]}
 
 @pytest.fixture
 def model(fake_model: FakeModel) -> FakeModel:
-    """The session's fake model (tests/fake_model.py), reset for each test."""
+    """The session's fake model (tests/support/fake_model.py), reset for each test."""
     return fake_model
 
 

@@ -2,7 +2,7 @@
 the vendor, `stream=True`, and a client that leaves mid-stream.
 
 The SDK (default `max_retries=2`) points at the task app under uvicorn; the fake vendor
-(`tests/fake_model.py`) on loopback counts the calls it gets. A bad request must cost exactly one
+(`tests/support/fake_model.py`) on loopback counts the calls it gets. A bad request must cost exactly one
 vendor call: the SDK retries only 408/409/429/5xx, and not when the answer says `x-should-retry: false`.
 """
 

@@ -1,7 +1,7 @@
 """Vendor proxies (`/proxy/v1/...`, `/proxy/groq/v1/...`) and `policy.config.provider` routing, fake vendor.
 
 Every exchange is real HTTP on 127.0.0.1: the task app under uvicorn (`make_app_server`) and the fake
-vendor (`tests/fake_model.py`). A guard fails the test on any connection or name lookup beyond loopback.
+vendor (`tests/support/fake_model.py`). A guard fails the test on any connection or name lookup beyond loopback.
 """
 
 from __future__ import annotations

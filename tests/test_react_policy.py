@@ -29,7 +29,7 @@ FAST = InferenceLimits(connect_timeout_s=2.0, read_timeout_s=5.0, max_attempts=3
 
 @pytest.fixture
 def model(fake_model: FakeModel) -> FakeModel:
-    """The session's fake model (tests/fake_model.py), reset for each test."""
+    """The session's fake model (tests/support/fake_model.py), reset for each test."""
     return fake_model
 
 

@@ -1,5 +1,5 @@
 """The state store's contract on every backend: memory, sqlite (one file, several processes) and
-modal-dict, the last against `FakeModalDict` (tests/helpers.py), a double with `modal.Dict`'s documented
+modal-dict, the last against `FakeModalDict` (tests/support/fakes.py), a double with `modal.Dict`'s documented
 semantics (there is no Modal account here); a test below holds the backend to the real SDK's names."""
 
 from __future__ import annotations

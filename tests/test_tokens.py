@@ -2,7 +2,7 @@
 says, and that the ids and logprobs reach the response, the stored trace and `traces export --format tokens`
 exactly as the server sent them; bad token data is refused for its decision with a precise reason.
 
-End to end against the loopback fake model in its vLLM, SGLang and OpenAI modes (tests/fake_model.py).
+End to end against the loopback fake model in its vLLM, SGLang and OpenAI modes (tests/support/fake_model.py).
 """
 
 from __future__ import annotations

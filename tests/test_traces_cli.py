@@ -1,7 +1,7 @@
 """`task-app traces list | show | export` against a real trace database.
 
 The database holds rollouts of the real engine and real crafter, driven by the fake chat model of
-helpers.py (`FakeLLMPolicy`) and written by the real TraceStore:
+support/policies.py (`FakeLLMPolicy`) and written by the real TraceStore:
 
     alpha    fake model, the call of decision 1 fails (no answer)
     bravo    another model that also writes text next to its tool call

@@ -7,10 +7,10 @@
 The target / params / auth helpers are pure functions so the vendor proxy routes can reuse them.
 
 Retry policy (the old system retried for over an hour and never retried connection errors):
-connection errors, timeouts, 429 and 5xx are retried with exponential backoff plus jitter, at most
-`max_attempts` times, and never past the deadline: a wait that would end after it is not started,
-and each attempt is bounded in total by min(connect + read timeout, remaining time + DEADLINE_GRACE_S).
-Any other 4xx fails at once.
+connection errors, timeouts, 429 and 5xx are retried (`core.backoff`: exponential backoff with full
+jitter, a Retry-After honoured), at most `max_attempts` times, and never past the deadline: a wait
+that would end after it is not started, and each attempt is bounded in total by
+min(connect + read timeout, remaining time + DEADLINE_GRACE_S). Any other 4xx fails at once.
 
 A 200 whose body is not JSON, or is longer than `max_response_bytes` (cut off unread), is *not*
 retried and *not* an error: `ChatResult.body` is None and `ChatResult.invalid_reason` says why; the
@@ -20,7 +20,6 @@ a row" rule bounds a model server that keeps answering garbage.
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import random
 import re
@@ -32,11 +31,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 from pydantic import SecretStr
-from yarl import URL
 
+from ..core.backoff import ATTEMPTS, Backoff, retry_after_seconds
 from ..core.errors import NotConfigured
 from ..core.json_codec import dumps_bytes, loads
-from ..core.outbound import AnswerTooLarge, Outbound, SendFailure, parse_url, post
+from ..core.outbound import AnswerTooLarge, Outbound, SendFailure, Target, parse_url, post
 from ..core.settings import Settings
 from .base import PolicyError
 from .providers import PROVIDER_CUSTOM, PROVIDER_GROQ, PROVIDER_OPENAI, is_reasoning_model
@@ -69,7 +68,6 @@ _PASSTHROUGH_SELF_HOSTED = (
     "allowed_token_ids",
 )
 _ERROR_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_OK = 200  # an answer too large to read was a 2xx (outbound.post refuses only those)
 RESPONSE_TOO_LARGE = "response_too_large"
 _HTTP_TOO_MANY_REQUESTS = 429
 _HTTP_SERVER_ERROR = 500
@@ -122,7 +120,7 @@ class InferenceTarget:
     provider: str
     api_key: SecretStr | None = field(default=None, repr=False)
     # Parsed once rather than on every request; None when it does not parse (the str is sent and refused).
-    http_url: URL | None = field(default=None, init=False, repr=False, compare=False)
+    http_url: Target | None = field(default=None, init=False, repr=False, compare=False)
     host: str = field(default="", init=False, repr=False, compare=False)  # lower-case, for logs
 
     def __post_init__(self) -> None:
@@ -261,28 +259,11 @@ class _Retryable(Exception):
         self.code, self.status, self.retry_after = code, status, retry_after
 
 
-def retry_after_seconds(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or HTTP-date)."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
 def _error_hint(raw: bytes) -> str:
     """A vendor's error code/type, if it is a short token. Never the message: vendors echo key prefixes."""
     try:
         data = loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return ""
     error = data.get("error") if isinstance(data, dict) else None
     if not isinstance(error, dict):
@@ -301,7 +282,9 @@ class InferenceClient:
     def __init__(self, http: Outbound, limits: InferenceLimits, *, rng: random.Random | None = None) -> None:
         self.http = http
         self.limits = limits
-        self._rng = rng or random.Random()  # jitter only; never process-global state
+        self.backoff = Backoff(
+            limits.backoff_s, limits.backoff_max_s, max_attempts=limits.max_attempts, rng=rng or random.Random()
+        )
 
     async def chat(
         self, target: InferenceTarget, body: dict[str, Any], *, deadline: float | None, run_id: str | None = None
@@ -311,26 +294,23 @@ class InferenceClient:
         `deadline` is absolute, in `anyio.current_time()` units; None means only the attempt limit.
         """
         started_at, start = datetime.now(UTC), anyio.current_time()
-        limits = self.limits
-        # Encoded once for every attempt.
-        content = dumps_bytes(body)
+        content = dumps_bytes(body)  # encoded once for every attempt (NaN is written as null)
         headers = {**target.headers(), "Content-Type": JSON_TYPE}
-        attempt = 0
+        url = target.http_url or target.url
+        retry = self.backoff.start(deadline)
         while True:
-            attempt += 1
-            remaining = self._remaining(deadline)
+            remaining = retry.remaining()
             if remaining is not None and remaining <= 0:
                 raise PolicyError(
-                    f"rollout deadline reached before inference attempt {attempt}", code="inference_timeout"
+                    f"rollout deadline reached before inference attempt {retry.attempt}", code="inference_timeout"
                 )
             try:
-                url = target.http_url or target.url
                 status, payload, reason = await self._attempt(url, content, headers, remaining)
             except _Retryable as failure:
-                wait = self._backoff(attempt, failure.retry_after)
-                left = self._remaining(deadline)
-                if attempt >= limits.max_attempts or (left is not None and wait >= left):
-                    why = "attempts exhausted" if attempt >= limits.max_attempts else "no time left to retry"
+                attempt = retry.attempt
+                wait = retry.next_wait(failure.retry_after)
+                if wait is None:
+                    why = "attempts exhausted" if retry.stopped == ATTEMPTS else "no time left to retry"
                     raise PolicyError(
                         f"inference failed after {attempt} attempt(s), {why}: {failure}",
                         code=failure.code,
@@ -339,7 +319,7 @@ class InferenceClient:
                 logger.warning(
                     "inference attempt %d/%d to %s failed (%s); retrying in %.2fs",
                     attempt,
-                    limits.max_attempts,
+                    self.limits.max_attempts,
                     target.host,
                     failure,
                     wait,
@@ -353,28 +333,16 @@ class InferenceClient:
                 target.host,
                 body.get("model"),
                 status,
-                attempt,
+                retry.attempt,
                 (finished - start) * 1000,
                 extra={"run_id": run_id},
             )
             return ChatResult(
-                payload, status, attempt, started_at, datetime.now(UTC), (finished - start) * 1000, reason
+                payload, status, retry.attempt, started_at, datetime.now(UTC), (finished - start) * 1000, reason
             )
 
-    @staticmethod
-    def _remaining(deadline: float | None) -> float | None:
-        return None if deadline is None else deadline - anyio.current_time()
-
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        """Exponential backoff with jitter (50-100 %); a Retry-After is honoured up to backoff_max_s."""
-        base = min(self.limits.backoff_max_s, self.limits.backoff_s * 2.0 ** (attempt - 1))
-        wait = base * (0.5 + 0.5 * self._rng.random())
-        if retry_after is not None:
-            wait = max(wait, min(retry_after, self.limits.backoff_max_s))
-        return wait
-
     async def _attempt(
-        self, url: URL | str, content: bytes, headers: dict[str, str], remaining: float | None
+        self, url: Target | str, content: bytes, headers: dict[str, str], remaining: float | None
     ) -> tuple[int, dict[str, Any] | None, str | None]:
         """One request: (status, parsed body or None, why the body is unusable). Raises _Retryable/PolicyError."""
         limits = self.limits
@@ -393,8 +361,8 @@ class InferenceClient:
                 total_timeout_s=budget if remaining is None else min(budget, remaining + DEADLINE_GRACE_S),
                 max_bytes=limits.max_response_bytes,
             )
-        except AnswerTooLarge:
-            return _OK, None, RESPONSE_TOO_LARGE
+        except AnswerTooLarge as exc:
+            return exc.status, None, RESPONSE_TOO_LARGE
         except SendFailure as exc:
             if exc.kind == SendFailure.REQUEST:
                 raise PolicyError(f"cannot send the inference request: {exc}", code="inference_request_error") from exc

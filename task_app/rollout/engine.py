@@ -32,6 +32,7 @@ from ..core.offload import Offload, run_in_thread
 from ..core.rubrics import Rubric
 from ..game import Game, Observation, WorldFactory, normalise_tool_calls
 from ..game.actions import NOOP, plan_from_names
+from ..game.compact_text import observation_text
 from ..policy.base import HistoryEntry, Policy, PolicyDecision, PolicyError
 from .control import RunControl
 from .plan import AGENT, RolloutPlan
@@ -125,7 +126,7 @@ class RolloutEngine:
             if self._game is not None:
                 self._game.close()
                 self._game = None
-        if self.rubrics is not None:  # a long rollout's scores off the loop (SHORT_ROLLOUT)
+        if self.rubrics is not None:  # a long rollout's scores off the loop, a short one's on it
             rubrics = self.rubrics
             if len(self.result.records) <= SHORT_ROLLOUT:
                 self.result.rubric_scores = score_rollout(self.result, rubrics)
@@ -158,11 +159,12 @@ class RolloutEngine:
         game, observation = await self.offload(self._start_game)
         if self._game is not None:
             self._game.close()
-        self._game, self._observation, self._obs_text = game, observation, observation.text
+        text = observation_text(observation, self.plan.text_format)
+        self._game, self._observation, self._obs_text = game, observation, text
         self._pending = None
         self._needs_reset = False
         self.result.episodes.append(EpisodeSummary(index=len(self.result.episodes)))
-        self.result.final_obs_text = observation.text
+        self.result.final_obs_text = text
         if self.shaper is not None:
             self.shaper.reset_episode()
 
@@ -209,6 +211,7 @@ class RolloutEngine:
         else:
             outcome, observation = game.step(plan)
         env_ms = (perf_counter() - start) * 1000
+        obs_after_text = observation_text(observation, self.plan.text_format)
         episode = self.result.episodes[-1]
         episode.decisions += 1
         episode.steps += len(outcome.results)
@@ -220,7 +223,7 @@ class RolloutEngine:
             decision=decision,
             plan=plan,
             outcome=outcome,
-            obs_after_text=observation.text,
+            obs_after_text=obs_after_text,
             done=game.done,
             truncated=game.truncated,
             started_at=started_at,
@@ -236,8 +239,8 @@ class RolloutEngine:
         self.history.append(
             HistoryEntry(record.index, tuple(outcome.actions), outcome.unlocked, outcome.reward, len(plan.rejected))
         )
-        self._observation, self._obs_text, self._pending = observation, observation.text, None
-        self.result.final_obs_text = observation.text
+        self._observation, self._obs_text, self._pending = observation, obs_after_text, None
+        self.result.final_obs_text = obs_after_text
         episode.achievements = game.achievements()
         if game.done:
             episode.terminated, episode.truncated = game.terminated, game.truncated

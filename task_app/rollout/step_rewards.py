@@ -1,4 +1,4 @@
-"""Decision-level step-reward shaping (docs/contract.md), the old system's with its bugs fixed.
+"""Decision-level step-reward shaping (docs/contract.md, "Step rewards"; the old system's with its bugs fixed).
 
 Shaping is metadata: it never changes a step's `reward` or the episode returns. Fixed relative to
 the old system:

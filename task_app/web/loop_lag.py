@@ -1,7 +1,7 @@
 """Event-loop lag probe: how late the loop wakes a task that asked to sleep `interval` seconds.
 
 Lag is the time the loop spent on other work (or blocked) beyond the requested sleep: a handler that
-blocks for 50 ms shows up as ~50 ms of lag, and every request in flight waits that long too. Enabled by
+blocks shows up as that much lag, and every request in flight waits that long too. Enabled by
 `TASKAPP_LOOP_LAG_PROBE_S` (the interval; 0 = off); `/health` then reports it under `event_loop`.
 
 Two views, both bounded:

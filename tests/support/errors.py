@@ -26,5 +26,5 @@ def error_body(response: httpx.Response, status: int, code: str | None = None) -
 
 
 def assert_not_a_server_error(response: httpx.Response) -> None:
-    """A client mistake is never a 500 (docs/contract.md); nothing these tests send is a server fault."""
+    """A client mistake is never a 500 (docs/contract.md, "Errors"); nothing these tests send is a server fault."""
     assert response.status_code != 500, response.read()
