@@ -12,12 +12,16 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import SECRETS, AppServer, assert_no_key_material, server_process, wait_until
-from fake_model import FakeModel, Recorded, delay, error, json_body
-from helpers import error_body, request_body
 from prometheus_client.parser import text_string_to_metric_families
+from support.errors import error_body
+from support.fake_model import FakeModel, Recorded, delay, error, json_body
+from support.keys import SECRETS, assert_no_key_material
+from support.polling import wait_until
+from support.processes import server_process
+from support.rollouts import request_body
+from support.servers import AppServer
 
-pytestmark = pytest.mark.usefixtures("no_key_in_logs")
+pytestmark = [pytest.mark.usefixtures("no_key_in_logs"), pytest.mark.e2e]
 
 WAIT_S = 30.0
 

@@ -19,10 +19,12 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from conftest import ALIAS_KEY, TEST_KEY, AppServer, assert_no_key_material
-from helpers import error_body, request_body
+from support.errors import error_body
+from support.keys import ALIAS_KEY, TEST_KEY, assert_no_key_material
+from support.rollouts import request_body
+from support.servers import AppServer
 
-pytestmark = pytest.mark.usefixtures("no_key_in_logs")
+pytestmark = [pytest.mark.usefixtures("no_key_in_logs"), pytest.mark.e2e]
 
 JSON = {"Content-Type": "application/json"}
 MODEL_URL = "http://127.0.0.1:9/v1"  # nobody listens: these requests never get as far as a model call

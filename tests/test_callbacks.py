@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from fake_model import FakeModel, error, raw
+from support.fake_model import FakeModel, error, raw
 
 from task_app.core.outbound import open_session
 from task_app.core.settings import Settings

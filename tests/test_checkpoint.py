@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import game_state
+from support.worlds import game_state
 
 from task_app.game import ACTIONS, Game, WorldFactory
 from task_app.game.actions import plan_from_names

@@ -20,9 +20,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from conftest import SECRETS, TEST_KEY, AppServer, assert_no_key_material, wait_until
-from fake_model import FakeModel, gated
-from helpers import request_body
+import pytest
+from support.fake_model import FakeModel, gated
+from support.keys import SECRETS, TEST_KEY, assert_no_key_material
+from support.polling import wait_until
+from support.rollouts import request_body
+from support.servers import AppServer
+
+pytestmark = pytest.mark.e2e  # every test here starts a server or a child process
 
 TASK_APP = str(Path(sys.executable).with_name("task-app"))  # the console script `pip install` made
 RUN_TIMEOUT_S = 120.0

@@ -24,16 +24,18 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from conftest import AppServer, open_rollout, wait_until
-from fake_model import HANG_LIMIT_S, Behaviour, Exchange, FakeModel, error, tool_call
-from helpers import error_body, request_body
+from support.errors import error_body
+from support.fake_model import HANG_LIMIT_S, Behaviour, Exchange, FakeModel, error, tool_call
+from support.polling import wait_until
+from support.rollouts import request_body
+from support.servers import AppServer, open_rollout
 
 from task_app.core.contracts import RolloutResponse
 from task_app.game import GameEnv
 from task_app.game.episode import Game
 from task_app.rollout.engine import RolloutEngine
 
-pytestmark = pytest.mark.usefixtures("no_key_in_logs")
+pytestmark = [pytest.mark.usefixtures("no_key_in_logs"), pytest.mark.e2e]
 
 WAIT_S = 10.0
 SEED = 7  # one seed for every rollout here: after the first, its world comes from the cache

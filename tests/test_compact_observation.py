@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import expect_error
+from support.errors import error_body
 
 from task_app.game import Game, WorldFactory
 from task_app.game.actions import plan_from_names
@@ -68,7 +68,7 @@ def test_env_sessions_answer_in_the_format_each_request_names(client: httpx.Clie
     for env in (env_id, restored["env_id"]):
         post("/terminate", {"env_id": env})
     refused = client.post("/create", json={"env_name": "crafter", "seed": 3, "observation": "tiny"})
-    expect_error(refused, 422, "invalid_request")
+    error_body(refused, 422, "invalid_request")
 
 
 @pytest.mark.e2e

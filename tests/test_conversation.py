@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_model import FakeModel, fake_ids, raw, text, tool_call
-from helpers import make_plan, request_body
+from support.fake_model import FakeModel, fake_ids, raw, text, tool_call
+from support.rollouts import make_plan, request_body
 
 from task_app.core.errors import InvalidRequest
 from task_app.policy.conversation import DROPPED_NOTE, Conversation
@@ -49,7 +49,7 @@ def test_turns_alternate_and_results_answer_their_tool_calls() -> None:
     assert second[2]["tool_calls"][0] == {
         "id": "call_a",
         "type": "function",
-        "function": {"name": "interact_many", "arguments": '{"actions": ["do"]}'},  # arguments as JSON text
+        "function": {"name": "interact_many", "arguments": '{"actions":["do"]}'},  # arguments as JSON text
     }
     assert second[3] == {"role": "tool", "tool_call_id": "call_a", "content": "ran do\n\nobs 1"}
     chat.answered({"role": "assistant", "content": '{"actions": ["noop"]}'})  # a text answer, no tool call
@@ -146,6 +146,7 @@ def rollout(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+@pytest.mark.e2e
 def test_one_conversation_per_episode_with_results_and_observations(
     client: httpx.Client, fake_model: FakeModel
 ) -> None:
@@ -175,6 +176,7 @@ def test_one_conversation_per_episode_with_results_and_observations(
     assert all(history["dropped_turns"] == 0 for history in histories)
 
 
+@pytest.mark.e2e
 def test_the_budget_drops_old_turns_and_the_step_says_so(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.default = tool_call("move_left")
     result = rollout(client, react(fake_model, 5, config={"history_max_turns": 2}))
@@ -191,6 +193,7 @@ def test_the_budget_drops_old_turns_and_the_step_says_so(client: httpx.Client, f
     assert last[1]["content"].startswith(DROPPED_NOTE.format(n=2))
 
 
+@pytest.mark.e2e
 def test_a_new_episode_starts_a_new_conversation(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.default = tool_call("move_left", "noop")  # two steps per decision: an episode of 6 steps is 3 decisions
     result = rollout(client, react(fake_model, 5, env={"config": {"length": 6}}, on_done="reset"))
@@ -201,6 +204,7 @@ def test_a_new_episode_starts_a_new_conversation(client: httpx.Client, fake_mode
     assert "Step 0/6" in sent[3][1]["content"] and "Executed" not in sent[3][1]["content"]
 
 
+@pytest.mark.e2e
 def test_every_turn_carries_its_token_ids(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.tokens = "vllm"
     fake_model.default = tool_call("move_left", "do")
@@ -214,6 +218,7 @@ def test_every_turn_carries_its_token_ids(client: httpx.Client, fake_model: Fake
     assert prompts == sorted(prompts) and prompts[0] < prompts[-1]
 
 
+@pytest.mark.e2e
 def test_the_trace_keeps_each_decisions_own_prompt(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.default = tool_call("move_left")
     body = react(fake_model, 2, record={"return_trace": True, "trace_format": "structured"})

@@ -10,7 +10,7 @@
 - The same with a real disk, where the machine allows mount namespaces (root; skipped otherwise): a
   read-only bind mount, and a 2 MB tmpfs that the test fills up and then frees.
 
-`server_process` (conftest.py) runs the app as a child process; its log is checked for key material
+`server_process` (support/processes.py) runs the app as a child process; its log is checked for key material
 when it stops.
 """
 
@@ -31,14 +31,16 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import AppServer, server_process, wait_until
-from fake_model import FakeModel, delay, tool_call
-from helpers import request_body
+from support.fake_model import FakeModel, delay, tool_call
+from support.polling import wait_until
+from support.processes import server_process
+from support.rollouts import request_body
+from support.servers import AppServer
 
 from task_app.core.contracts import RolloutResponse
 from task_app.tracing import TraceStore
 
-pytestmark = pytest.mark.usefixtures("no_key_in_logs")
+pytestmark = [pytest.mark.usefixtures("no_key_in_logs"), pytest.mark.e2e]
 
 WAIT_S = 20.0
 

@@ -31,8 +31,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import ROOT, TEST_KEY, AppServer, start_app_server
-from fake_model import FakeModel, tool_call
+from support.fake_model import FakeModel, tool_call
+from support.keys import TEST_KEY
+from support.processes import ROOT
+from support.servers import AppServer, start_app_server
 
 pytestmark = pytest.mark.e2e
 

@@ -10,18 +10,9 @@ from time import perf_counter
 from typing import Any
 
 import pytest
-from helpers import (
-    FailingPolicy,
-    PatternPolicy,
-    RandomPolicy,
-    RecordedWorlds,
-    ScriptedPolicy,
-    SeekerPolicy,
-    SlowPolicy,
-    make_plan,
-    run_rollout,
-    trajectory_key,
-)
+from support.policies import FailingPolicy, PatternPolicy, RandomPolicy, ScriptedPolicy, SeekerPolicy, SlowPolicy
+from support.rollouts import make_plan, run_rollout, trajectory_key
+from support.worlds import RecordedWorlds
 
 from task_app.core.contracts import RolloutResponse
 from task_app.game import GameEnv, WorldFactory

@@ -12,11 +12,11 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerProcess, server_process, server_processes
+from support.processes import ServerProcess, server_process, server_processes
 
 from task_app.game import ACTIONS
 
-pytestmark = pytest.mark.usefixtures("no_key_in_logs")
+pytestmark = [pytest.mark.usefixtures("no_key_in_logs"), pytest.mark.e2e]
 
 
 @pytest.fixture

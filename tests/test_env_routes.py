@@ -10,15 +10,16 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import AppServer, wait_until
-from conftest import expect_error as error
+from support.errors import error_body as error
+from support.polling import wait_until
+from support.servers import AppServer
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
 from task_app.game import ACTIONS
 from task_app.service.taskset import OBSERVATION_KEYS
 
-pytestmark = pytest.mark.usefixtures("no_key_in_logs")
+pytestmark = [pytest.mark.usefixtures("no_key_in_logs"), pytest.mark.e2e]
 
 SEED_PATHS = ["/create", "/reset", "/step", "/snapshot", "/restore", "/terminate", "/branch"]
 CLASSIC = ["/CrafterClassic/initialize", "/CrafterClassic/step", "/CrafterClassic/terminate"]

@@ -13,7 +13,8 @@ from typing import Any
 
 import anyio
 import pytest
-from helpers import FakeClock, FakeModalDict, RecordedWorlds, game_state
+from support.fakes import FakeClock, FakeModalDict
+from support.worlds import RecordedWorlds, game_state
 
 from task_app.core.errors import Conflict, Gone, InvalidRequest, NotFound, RateLimited
 from task_app.core.settings import Settings

@@ -17,9 +17,11 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import AppServer, start_app_server, wait_until
-from fake_model import FakeModel, error, gated, hang, text, tool_call
-from helpers import ScriptedPolicy, make_plan, request_body
+from support.fake_model import FakeModel, error, gated, hang, text, tool_call
+from support.policies import ScriptedPolicy
+from support.polling import wait_until
+from support.rollouts import make_plan, request_body
+from support.servers import AppServer, start_app_server
 
 from task_app.game import WorldFactory
 from task_app.rollout.engine import RolloutEngine
@@ -75,11 +77,13 @@ def closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.e2e
 def test_a_completed_rollout_has_no_error(client: httpx.Client, fake_model: FakeModel) -> None:
     response = client.post("/rollout", json=react(fake_model.url()))
     assert response.status_code == 200 and "error" not in response.json()["metrics"]["details"]
 
 
+@pytest.mark.e2e
 def test_model_unreachable_when_nothing_listens(client: httpx.Client) -> None:
     failure = error_of(
         client.post("/rollout", json=react(f"http://127.0.0.1:{closed_port()}/v1")), "model_unreachable", True
@@ -87,18 +91,21 @@ def test_model_unreachable_when_nothing_listens(client: httpx.Client) -> None:
     assert failure["code"] == "inference_unavailable" and failure["status"] is None
 
 
+@pytest.mark.e2e
 def test_model_unreachable_when_it_keeps_failing(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.default = error(503)
     failure = error_of(client.post("/rollout", json=react(fake_model.url())), "model_unreachable", True)
     assert failure["status"] == 503
 
 
+@pytest.mark.e2e
 def test_model_timeout(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.default = hang()
     failure = error_of(client.post("/rollout", json=react(fake_model.url())), "model_timeout", True)
     assert failure["code"] == "inference_timeout"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("status", "retryable"), [(401, False), (404, False), (422, False), (429, True)])
 def test_model_refused(client: httpx.Client, fake_model: FakeModel, status: int, retryable: bool) -> None:
     fake_model.default = error(status, retry_after=0)
@@ -106,12 +113,14 @@ def test_model_refused(client: httpx.Client, fake_model: FakeModel, status: int,
     assert failure["status"] == status
 
 
+@pytest.mark.e2e
 def test_model_unusable(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.default = text("I would rather not say.")
     failure = error_of(client.post("/rollout", json=react(fake_model.url(), 5)), "model_unusable", False)
     assert failure["message"] == "3 unusable model answers in a row (the last: no_actions_in_text)"
 
 
+@pytest.mark.e2e
 def test_deadline(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.script(tool_call("noop"))
     fake_model.default = hang()
@@ -120,11 +129,13 @@ def test_deadline(client: httpx.Client, fake_model: FakeModel) -> None:
     assert "safety.max_time_s = 0.2 s" in failure["message"]
 
 
+@pytest.mark.e2e
 def test_max_ops_is_an_abort(client: httpx.Client, fake_model: FakeModel) -> None:
     failure = error_of(client.post("/rollout", json=react(fake_model.url(), safety={"max_ops": 3})), "aborted", False)
     assert failure["message"] == "safety.max_ops (3) was reached"
 
 
+@pytest.mark.e2e
 def test_aborted(server: AppServer, client: httpx.Client, fake_model: FakeModel) -> None:
     gate = threading.Event()
     fake_model.default = gated(gate)
@@ -138,6 +149,7 @@ def test_aborted(server: AppServer, client: httpx.Client, fake_model: FakeModel)
     error_of(response, "aborted", False)
 
 
+@pytest.mark.e2e
 def test_storage(make_app_server: Callable[..., AppServer], tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("a file where the traces directory should be")
@@ -180,6 +192,7 @@ def _retryable(response: httpx.Response, status: int) -> bool:
     return flag
 
 
+@pytest.mark.e2e
 def test_http_errors_carry_the_retryable_flag(server: AppServer, client: httpx.Client, fake_model: FakeModel) -> None:
     assert _retryable(client.post("/rollout", json={"run_id": "x"}), 422) is False
     assert _retryable(client.post("/rollout", content=b"{", headers={"Content-Type": "application/json"}), 400) is False
@@ -201,6 +214,7 @@ def test_http_errors_carry_the_retryable_flag(server: AppServer, client: httpx.C
         assert pending.result(timeout=10).status_code == 200
 
 
+@pytest.mark.e2e
 def test_capacity_is_retryable(make_app_server: Callable[..., AppServer], fake_model: FakeModel) -> None:
     server = make_app_server(max_concurrent_rollouts=1, warm_up=False)
     client = server.client()

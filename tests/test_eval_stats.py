@@ -10,8 +10,9 @@ import math
 from pathlib import Path
 
 import pytest
-from conftest import TEST_KEY, AppServer
-from fake_model import FakeModel, tool_call
+from support.fake_model import FakeModel, tool_call
+from support.keys import TEST_KEY
+from support.servers import AppServer
 
 from task_app.cli.main import main
 from task_app.inspection.eval_stats import eval_summary, mean_se, pass_at_k
@@ -89,6 +90,7 @@ def test_the_figures_over_seeds_and_repeats() -> None:
     json.dumps(summary)  # the --json file
 
 
+@pytest.mark.e2e
 def test_eval_repeats_end_to_end(app_server: AppServer, fake_model: FakeModel, tmp_path: Path) -> None:
     fake_model.default = tool_call("move_left", "do", "fly")  # one invalid action per decision
     out = tmp_path / "eval.json"

@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 import pytest
-from fake_model import FakeModel
-from helpers import make_plan, request_body
+from support.fake_model import FakeModel
+from support.rollouts import make_plan, request_body
 
 from task_app.core.errors import InvalidRequest
 
@@ -35,6 +35,7 @@ def sent(client: httpx.Client, model: FakeModel, body: dict[str, Any]) -> dict[s
     return received
 
 
+@pytest.mark.e2e
 def test_extra_body_reaches_the_trainers_server_verbatim(client: httpx.Client, fake_model: FakeModel) -> None:
     extra = {
         "required_prefix_token_ids": [151644, 77091, 198],
@@ -47,6 +48,7 @@ def test_extra_body_reaches_the_trainers_server_verbatim(client: httpx.Client, f
     assert received["tool_choice"] == {"type": "function", "function": {"name": "interact_many"}}  # the app's own
 
 
+@pytest.mark.e2e
 def test_self_hosted_sampling_parameters_are_forwarded(client: httpx.Client, fake_model: FakeModel) -> None:
     params = {"top_k": 20, "min_p": 0.05, "seed": 7, "stop_token_ids": [151645], "repetition_penalty": 1.05}
     received = sent(client, fake_model, react(fake_model, temperature=0.6, top_p=0.8, max_tokens=300, **params))
@@ -54,6 +56,7 @@ def test_self_hosted_sampling_parameters_are_forwarded(client: httpx.Client, fak
     assert (received["temperature"], received["top_p"], received["max_tokens"]) == (0.6, 0.8, 300)
 
 
+@pytest.mark.e2e
 def test_precedence_extra_body_over_typed_fields_over_token_defaults(
     client: httpx.Client, fake_model: FakeModel
 ) -> None:

@@ -28,12 +28,15 @@ from typing import Any
 
 import pytest
 import schemathesis
-from conftest import SECRETS, TEST_KEY, AppServer, assert_no_key_material, start_app_server
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import negative_data_rejection, positive_data_acceptance
+from support.keys import SECRETS, TEST_KEY, assert_no_key_material
+from support.servers import AppServer, start_app_server
 
 from task_app.core.settings import Settings
 from task_app.web.server import create_app
+
+pytestmark = pytest.mark.e2e  # every test here starts a server or a child process
 
 # Generated cases per operation; `FUZZ_EXAMPLES=400 pytest tests/test_fuzz.py` for a deeper run (~40 s).
 FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "60"))

@@ -12,13 +12,15 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ALIAS_KEY, TEST_KEY, AppServer
 from fastapi import FastAPI
-from helpers import SAMPLES, error_body
+from support.errors import error_body
+from support.keys import ALIAS_KEY, TEST_KEY
+from support.rollouts import SAMPLES
+from support.servers import AppServer
 
 from task_app.game import ACTIONS
 
-pytestmark = pytest.mark.usefixtures("no_key_in_logs")
+pytestmark = [pytest.mark.usefixtures("no_key_in_logs"), pytest.mark.e2e]
 
 # Routes anyone may call. FastAPI's docs routes are public when enabled: the schema is the public
 # contract and carries no secret (see the report on whether to keep them enabled in production).

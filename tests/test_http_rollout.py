@@ -19,14 +19,17 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from conftest import SECRETS, AppServer, assert_no_key_material, open_rollout, wait_until
-from fake_model import FakeModel, gated, hang, tool_call
-from helpers import SAMPLES, error_body, new_run_id, request_body
+from support.errors import error_body
+from support.fake_model import FakeModel, gated, hang, tool_call
+from support.keys import SECRETS, assert_no_key_material
+from support.polling import wait_until
+from support.rollouts import SAMPLES, new_run_id, request_body
+from support.servers import AppServer, open_rollout
 from synth_ai.task.contracts import RolloutResponse as SynthAIRolloutResponse
 
 from task_app.core.contracts import RolloutResponse
 
-pytestmark = pytest.mark.usefixtures("no_key_in_logs")
+pytestmark = [pytest.mark.usefixtures("no_key_in_logs"), pytest.mark.e2e]
 
 WAIT_S = 10.0  # upper bound for polling loops; they normally finish in milliseconds
 PROMPT_S = 2.5  # "promptly": an aborted rollout answers within this (its hung model call would take 10 s)

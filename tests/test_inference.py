@@ -13,9 +13,9 @@ import time
 import anyio
 import anyio.to_thread
 import pytest
-from conftest import wait_until
-from fake_model import FakeModel, delay, drop, error, hang, huge, raw, text, tool_call
 from pydantic import SecretStr
+from support.fake_model import FakeModel, delay, drop, error, hang, huge, raw, text, tool_call
+from support.polling import wait_until
 
 from task_app.core.errors import NotConfigured
 from task_app.core.outbound import open_session
@@ -29,9 +29,9 @@ from task_app.policy.inference import (
     InferenceTarget,
     chat_completions_url,
     chat_params,
-    is_reasoning_model,
     resolve_target,
 )
+from task_app.policy.providers import is_reasoning_model
 
 pytestmark = pytest.mark.anyio
 
@@ -48,7 +48,7 @@ BODY = {"model": "fake", "messages": [{"role": "user", "content": "hi"}]}
 
 @pytest.fixture
 def model(fake_model: FakeModel) -> FakeModel:
-    """The session's fake model (tests/fake_model.py), reset for each test."""
+    """The session's fake model (tests/support/fake_model.py), reset for each test."""
     return fake_model
 
 
@@ -179,6 +179,7 @@ def test_vendor_host_gets_vendor_key_and_never_the_environment_key() -> None:
         assert "X-API-Key" not in headers
 
 
+@pytest.mark.e2e
 async def test_fake_server_sees_url_body_and_auth(model: FakeModel) -> None:
     settings = _settings(openai_base_url=model.url("/v1"))  # the loopback server plays OpenAI's host
     async with open_session(8) as http:
@@ -205,6 +206,7 @@ async def test_fake_server_sees_url_body_and_auth(model: FakeModel) -> None:
 # --- retries -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 async def test_retries_500_then_succeeds(model: FakeModel) -> None:
     model.script(error(500), error(503), tool_call("do"))
     async with open_session(8) as http:
@@ -213,6 +215,7 @@ async def test_retries_500_then_succeeds(model: FakeModel) -> None:
     assert result.body is not None and result.body["choices"][0]["finish_reason"] == "tool_calls"
 
 
+@pytest.mark.e2e
 async def test_429_honours_retry_after(model: FakeModel) -> None:
     model.script(error(429, retry_after="0.3"), text("ok"))
     limits = InferenceLimits(backoff_s=0.01, backoff_max_s=1.0)
@@ -223,6 +226,7 @@ async def test_429_honours_retry_after(model: FakeModel) -> None:
     assert time.monotonic() - start >= 0.3
 
 
+@pytest.mark.e2e
 async def test_retry_after_is_capped(model: FakeModel) -> None:
     model.script(error(429, retry_after="3600"), text("ok"))
     async with open_session(8) as http:
@@ -231,6 +235,7 @@ async def test_retry_after_is_capped(model: FakeModel) -> None:
     assert result.attempts == 2 and time.monotonic() - start < 1.0
 
 
+@pytest.mark.e2e
 async def test_timeout_then_success(model: FakeModel) -> None:
     model.script(delay(2.0), tool_call("do"))
     limits = InferenceLimits(read_timeout_s=0.3, backoff_s=0.01, backoff_max_s=0.05)
@@ -239,6 +244,7 @@ async def test_timeout_then_success(model: FakeModel) -> None:
     assert result.attempts == 2
 
 
+@pytest.mark.e2e
 async def test_dropped_connection_is_retried(model: FakeModel) -> None:
     model.script(drop(), tool_call("do"))
     async with open_session(8) as http:
@@ -252,6 +258,7 @@ def _closed_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.e2e
 async def test_an_unsendable_request_fails_at_once_without_the_key(model: FakeModel) -> None:
     target = InferenceTarget(model.url(), "custom", SecretStr("caller-key\r\nX-Injected: 1"))
     async with open_session(8) as http:
@@ -270,6 +277,7 @@ async def test_connection_refused_exhausts_attempts() -> None:
     assert "4 attempt" in str(caught.value)
 
 
+@pytest.mark.e2e
 async def test_server_errors_exhaust_attempts(model: FakeModel) -> None:
     model.default = error(502)
     async with open_session(8) as http:
@@ -279,6 +287,7 @@ async def test_server_errors_exhaust_attempts(model: FakeModel) -> None:
     assert len(model.requests) == FAST.max_attempts
 
 
+@pytest.mark.e2e
 async def test_rate_limit_exhausts_attempts(model: FakeModel) -> None:
     model.default = error(429, retry_after=0)
     async with open_session(8) as http:
@@ -287,6 +296,7 @@ async def test_rate_limit_exhausts_attempts(model: FakeModel) -> None:
     assert (caught.value.code, caught.value.status) == ("inference_rate_limited", 429)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("status", [400, 401, 403, 404, 422])
 async def test_other_4xx_fail_at_once(model: FakeModel, status: int) -> None:
     body = {"error": {"message": "Incorrect API key provided: sk-abc***xyz", "code": "invalid_api_key"}}
@@ -303,6 +313,7 @@ async def test_other_4xx_fail_at_once(model: FakeModel, status: int) -> None:
 # --- the deadline ------------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 async def test_hanging_server_returns_by_the_deadline(model: FakeModel) -> None:
     model.default = hang()
     async with open_session(8) as http:
@@ -314,6 +325,7 @@ async def test_hanging_server_returns_by_the_deadline(model: FakeModel) -> None:
     assert 0.9 <= elapsed < 3.0  # the 1 s deadline ended it, not the 5 s read timeout
 
 
+@pytest.mark.e2e
 async def test_no_sleep_past_the_deadline(model: FakeModel) -> None:
     model.default = error(503, retry_after=5)
     limits = InferenceLimits(backoff_s=2.0, backoff_max_s=10.0, max_attempts=10)
@@ -326,6 +338,7 @@ async def test_no_sleep_past_the_deadline(model: FakeModel) -> None:
     assert elapsed < 1.0 and len(model.requests) == 1  # gave up at once: it did not sleep to the deadline
 
 
+@pytest.mark.e2e
 async def test_expired_deadline_sends_nothing(model: FakeModel) -> None:
     async with open_session(8) as http:
         with pytest.raises(PolicyError) as caught:
@@ -336,6 +349,7 @@ async def test_expired_deadline_sends_nothing(model: FakeModel) -> None:
 # --- reading the answer ------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 async def test_huge_streamed_answer_is_cut_off(model: FakeModel) -> None:
     model.script(huge(50 * 1024 * 1024))
     async with open_session(8) as http:
@@ -349,6 +363,7 @@ async def test_huge_streamed_answer_is_cut_off(model: FakeModel) -> None:
     assert model.stats["huge_bytes_sent"] < 20 * 1024 * 1024
 
 
+@pytest.mark.e2e
 async def test_declared_huge_answer_is_refused_before_reading(model: FakeModel) -> None:
     model.script(huge(50 * 1024 * 1024, declare_length=True))
     async with open_session(8) as http:
@@ -357,13 +372,22 @@ async def test_declared_huge_answer_is_refused_before_reading(model: FakeModel) 
     assert len(model.requests) == 1  # not retried
 
 
-async def test_answer_just_under_the_cap_is_read(model: FakeModel) -> None:
-    model.script(huge(FAST.max_response_bytes - 10))
+@pytest.mark.e2e
+async def test_answer_at_the_cap_is_read_whole_and_one_byte_more_is_not(model: FakeModel) -> None:
+    """The cap is `max_response_bytes` exactly: an answer of that many bytes is read to its last byte and
+    one byte more is refused, so a cap applied early, late or not at all fails one side."""
+    cap, head, tail = FAST.max_response_bytes, b'{"choices": [{"message": {"content": "', b'"}}]}'
+    model.script(huge(cap, head=head, tail=tail), huge(cap + 1, head=head, tail=tail))
     async with open_session(8) as http:
-        result = await InferenceClient(http, FAST).chat(_target(model), BODY, deadline=None)
-    assert result.body is not None
+        client = InferenceClient(http, FAST)
+        at_cap = await client.chat(_target(model), BODY, deadline=None)
+        over = await client.chat(_target(model), BODY, deadline=None)
+    assert at_cap.body is not None and at_cap.invalid_reason is None
+    assert at_cap.body["choices"][0]["message"]["content"] == "x" * (cap - len(head) - len(tail))
+    assert (over.body, over.invalid_reason, over.attempts) == (None, "response_too_large", 1)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("content", "reason"),
     [(b"{not json", "invalid_json"), (b"[1, 2]", "response_not_an_object"), (b"", "invalid_json")],
@@ -375,6 +399,7 @@ async def test_non_object_answers_are_unusable_not_errors(model: FakeModel, cont
     assert (result.body, result.invalid_reason, result.attempts) == (None, reason, 1)
 
 
+@pytest.mark.e2e
 async def test_warning_logged_per_retry_with_run_id(model: FakeModel, caplog: pytest.LogCaptureFixture) -> None:
     model.script(error(500), text("ok"))
     caplog.set_level("DEBUG", logger="task_app.policy.inference")

@@ -1,7 +1,10 @@
-"""The folders are the layers (task_app/__init__.py): no module imports a layer above its own.
+"""The folders are the layers (task_app/__init__.py): no module imports a layer above its own, and no
+modules import one another in a cycle, inside a layer or across layers.
 
 Walks every import statement of the package with `ast` (TYPE_CHECKING imports and imports inside
-functions included), so a violation fails here whether or not the import runs.
+functions included), so a violation fails here whether or not the import runs. A TYPE_CHECKING import
+counts: it is a dependency a reader follows and the type checker resolves, and both cycles this test
+was written against ran through one. (The package has no function-local imports; one would count too.)
 """
 
 from __future__ import annotations
@@ -23,8 +26,12 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(source: str, module: str, *, is_package: bool = False) -> list[tuple[int, str]]:
-    """(line, absolute module) of every `import` / `from ... import` of task_app in `module`'s source."""
+def _imports(
+    source: str, module: str, *, is_package: bool = False, modules: frozenset[str] = frozenset()
+) -> list[tuple[int, str]]:
+    """(line, absolute module) of every `import` / `from ... import` of task_app in `module`'s source.
+
+    `from P import name` is an import of `P.name` when that is one of `modules`, else of `P`."""
     package = module if is_package else module.rpartition(".")[0]
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(source)):
@@ -36,7 +43,8 @@ def _imports(source: str, module: str, *, is_package: bool = False) -> list[tupl
                 target = ".".join([*base, *([node.module] if node.module else [])])
             else:
                 target = node.module or ""
-            found.append((node.lineno, target))
+            named = [f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in modules]
+            found.extend((node.lineno, name) for name in named or [target])
     return [(line, name) for line, name in found if name == "task_app" or name.startswith("task_app.")]
 
 
@@ -88,6 +96,87 @@ def test_the_walker_resolves_every_form_of_import() -> None:
         (6, "task_app.web.server"),
     ]
     assert _imports("from .routes import health\n", "task_app.web", is_package=True) == [(1, "task_app.web.routes")]
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Every module of the package and the package modules it imports (itself left out)."""
+    paths = {_module_name(path): path for path in _modules()}
+    modules = frozenset(paths)
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        source = path.read_text(encoding="utf-8")
+        targets = _imports(source, name, is_package=path.name == "__init__.py", modules=modules)
+        graph[name] = {target for _, target in targets if target in modules and target != name}
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan), each sorted: every
+    import cycle lies inside one."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_no_import_cycles() -> None:
+    """No module reaches itself through imports, inside a layer or across layers."""
+    assert _cycles(_import_graph()) == []
+
+
+def test_the_cycle_check_finds_cycles() -> None:
+    """A TYPE_CHECKING import closing a loop is a cycle; `from package import module` is an edge to that
+    module (not to the package), so a package's `__init__` re-exporting its modules forms none."""
+    sources = {
+        "task_app.policy": "from .base import Policy\nfrom .react import React\n",
+        "task_app.policy.base": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .tokens import TokenData\n"
+        ),
+        "task_app.policy.tokens": "from . import inference\n",
+        "task_app.policy.inference": "from .base import PolicyError\n",
+        "task_app.policy.react": "from .base import Policy\nfrom ..game import Observation\n",
+        "task_app.game": "",
+    }
+    modules = frozenset(sources)
+    graph = {
+        name: {
+            target
+            for _, target in _imports(source, name, is_package=name.count(".") == 1, modules=modules)
+            if target in modules and target != name
+        }
+        for name, source in sources.items()
+    }
+    assert graph["task_app.policy.tokens"] == {"task_app.policy.inference"}
+    assert _cycles(graph) == [["task_app.policy.base", "task_app.policy.inference", "task_app.policy.tokens"]]
+    graph["task_app.policy.base"] = set()
+    assert _cycles(graph) == []
 
 
 @pytest.mark.parametrize("layer", task_app.LAYERS)

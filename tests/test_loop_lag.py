@@ -10,7 +10,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import AppServer, start_app_server, wait_until
+from support.polling import wait_until
+from support.servers import AppServer, start_app_server
 
 from task_app.web.loop_lag import BUCKETS_MS, LoopLagProbe
 
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.anyio
 
 
 def test_snapshot_counts_and_percentiles() -> None:
+    """/health's buckets are the prometheus histogram's, in milliseconds."""
     probe = LoopLagProbe(0.01)
     assert probe.snapshot()["recent"]["p99_ms"] is None
     for lag in (0.2, 0.4, 3.0, 40.0, -1.0):
@@ -42,13 +44,26 @@ async def test_a_blocked_loop_shows_as_lag() -> None:
     assert snapshot["buckets_ms"]["50"] < snapshot["buckets_ms"]["+Inf"]
 
 
-def test_health_reports_the_probe_only_when_enabled(make_app_server: Callable[..., AppServer]) -> None:
-    assert "event_loop" not in make_app_server(warm_up=False).health()
+@pytest.mark.e2e
+def test_health_and_metrics_report_the_probe_only_when_enabled(make_app_server: Callable[..., AppServer]) -> None:
+    plain = make_app_server(warm_up=False)
+    assert "event_loop" not in plain.health()
+    assert "taskapp_event_loop_lag_seconds" not in plain.client().get("/metrics").text
     probed = make_app_server(warm_up=False, loop_lag_probe_s=0.005)
     wait_until(lambda: probed.health()["event_loop"]["samples"] > 0, timeout=5.0)
-    assert probed.health()["event_loop"]["interval_ms"] == 5.0
+    health = probed.health()["event_loop"]
+    assert health["interval_ms"] == 5.0
+    exposition = probed.client().get("/metrics").text
+    counts = {
+        line.split('le="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in exposition.splitlines()
+        if line.startswith("taskapp_event_loop_lag_seconds_bucket{")
+    }
+    assert list(counts) == [f"{bound / 1000}" for bound in BUCKETS_MS] + ["+Inf"]
+    assert counts["+Inf"] >= health["samples"] > 0  # the same histogram, scraped a little later
 
 
+@pytest.mark.e2e
 def test_start_up_objects_are_kept_out_of_full_collections_while_serving(tmp_path: Path) -> None:
     """A full GC pass over start-up's objects would stall every rollout in flight (~110 ms, B3)."""
     with ExitStack() as stack:

@@ -14,11 +14,14 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from conftest import TEST_KEY, AppServer, server_processes, wait_until
-from conftest import expect_error as error
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
+from support.errors import error_body as error
+from support.keys import TEST_KEY
+from support.polling import wait_until
+from support.processes import server_processes
+from support.servers import AppServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("no_key_in_logs")]
 

@@ -21,13 +21,14 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from conftest import AppServer, start_app_server, wait_until
-from fake_model import Behaviour, Exchange, FakeModel, error, hang, huge, raw, text, tool_call
-from helpers import request_body
+from support.fake_model import Behaviour, Exchange, FakeModel, error, hang, huge, raw, text, tool_call
+from support.polling import wait_until
+from support.rollouts import request_body
+from support.servers import AppServer, start_app_server
 
 from task_app.core.contracts import RolloutResponse
 
-pytestmark = pytest.mark.usefixtures("no_key_in_logs")
+pytestmark = [pytest.mark.usefixtures("no_key_in_logs"), pytest.mark.e2e]
 
 ATTEMPTS = 3
 READ_TIMEOUT_S = 0.5

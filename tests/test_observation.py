@@ -8,8 +8,8 @@ import crafter
 import numpy as np
 import pytest
 from crafter import objects
-from helpers import clear_around
 from PIL import Image
+from support.worlds import clear_around
 
 from task_app.game import Game, GameEnv, WorldFactory
 from task_app.game.actions import plan_from_names

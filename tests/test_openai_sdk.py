@@ -2,7 +2,7 @@
 the vendor, `stream=True`, and a client that leaves mid-stream.
 
 The SDK (default `max_retries=2`) points at the task app under uvicorn; the fake vendor
-(`tests/fake_model.py`) on loopback counts the calls it gets. A bad request must cost exactly one
+(`tests/support/fake_model.py`) on loopback counts the calls it gets. A bad request must cost exactly one
 vendor call: the SDK retries only 408/409/429/5xx, and not when the answer says `x-should-retry: false`.
 """
 
@@ -15,8 +15,12 @@ from typing import Any
 
 import openai
 import pytest
-from conftest import GROQ_KEY, OPENAI_KEY, TEST_KEY, AppServer, assert_no_key_material, wait_until
-from fake_model import FakeModel, chunk, error, sse, text, tool_call
+from support.fake_model import FakeModel, chunk, error, sse, text, tool_call
+from support.keys import GROQ_KEY, OPENAI_KEY, TEST_KEY, assert_no_key_material
+from support.polling import wait_until
+from support.servers import AppServer
+
+pytestmark = pytest.mark.e2e  # every test here starts a server or a child process
 
 SECRETS = (TEST_KEY, OPENAI_KEY, GROQ_KEY)
 MESSAGES: Any = [{"role": "user", "content": "What next?"}]

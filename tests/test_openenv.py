@@ -18,15 +18,17 @@ import pytest
 
 pytest.importorskip("openenv", reason="the OpenEnv client runs in its own virtualenv: .ci/openenv")
 
-from conftest import TEST_KEY, AppServer, server_process
-from conftest import expect_error as error
 from openenv.cli._validation import validate_running_environment
 from openenv.core.generic_client import GenericEnvClient
+from support.errors import error_body as error
+from support.keys import TEST_KEY
+from support.processes import server_process
+from support.servers import AppServer
 from uvicorn.config import LOGGING_CONFIG
 from websockets.exceptions import ConnectionClosedError, InvalidStatus
 from websockets.sync.client import connect
 
-pytestmark = pytest.mark.usefixtures("no_key_in_logs")
+pytestmark = [pytest.mark.usefixtures("no_key_in_logs"), pytest.mark.e2e]
 
 
 def mint(client: httpx.Client, **body: Any) -> dict[str, Any]:

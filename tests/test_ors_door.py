@@ -16,12 +16,13 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ALIAS_KEY, TEST_KEY, assert_response_keeps_keys, wait_until
-from conftest import expect_error as error
 from openreward import OpenReward
 from openreward.api.environments.types import ToolOutput
 from openreward.environments.types import ListToolsOutput, RunToolOutput, Split
 from pydantic import TypeAdapter
+from support.errors import error_body as error
+from support.keys import ALIAS_KEY, TEST_KEY, assert_response_keeps_keys
+from support.polling import wait_until
 
 from task_app.core.settings import Settings
 from task_app.web.local_server import serve_with_ors_in_thread

@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
-from fake_model import Exchange, FakeModel, tool_call
+from support.fake_model import Exchange, FakeModel, tool_call
 
 from task_app.core.outbound import open_session
 from task_app.core.settings import Settings

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers import make_plan, request_body
+from support.rollouts import make_plan, request_body
 
 from task_app.core.contracts import RolloutRequest
 from task_app.core.errors import InvalidRequest, TaskAppError, UnknownName

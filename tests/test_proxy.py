@@ -1,7 +1,7 @@
 """Vendor proxies (`/proxy/v1/...`, `/proxy/groq/v1/...`) and `policy.config.provider` routing, fake vendor.
 
 Every exchange is real HTTP on 127.0.0.1: the task app under uvicorn (`make_app_server`) and the fake
-vendor (`tests/fake_model.py`). A guard fails the test on any connection or name lookup beyond loopback.
+vendor (`tests/support/fake_model.py`). A guard fails the test on any connection or name lookup beyond loopback.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import GROQ_KEY, OPENAI_KEY, TEST_KEY, AppServer, assert_no_key_material
-from fake_model import FakeModel, drop, error, hang, raw, text, tool_call
-from helpers import error_body
+from support.errors import error_body
+from support.fake_model import FakeModel, drop, error, hang, huge, raw, text, tool_call
+from support.keys import GROQ_KEY, OPENAI_KEY, TEST_KEY, assert_no_key_material
+from support.servers import AppServer
 
 from task_app.policy.inference import chat_params
 from task_app.policy.vendors import (
@@ -55,6 +56,7 @@ def _sent(model: FakeModel) -> dict[str, Any]:
 # --- auth, keys, refusals --------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("path", [OPENAI_PATH, GROQ_PATH])
 def test_proxy_requires_the_app_key(vendor_app: AppServer, fake_model: FakeModel, path: str) -> None:
     for key in (None, "wrong-key"):
@@ -63,6 +65,7 @@ def test_proxy_requires_the_app_key(vendor_app: AppServer, fake_model: FakeModel
     assert fake_model.requests == []
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("path", "code"), [(OPENAI_PATH, "missing_openai_api_key"), (GROQ_PATH, "missing_groq_api_key")]
 )
@@ -77,6 +80,7 @@ def test_missing_vendor_key_is_503(
     assert fake_model.requests == []
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("body", "status", "code"),
     [
@@ -97,6 +101,7 @@ def test_bad_bodies_are_client_errors(
     assert fake_model.requests == []
 
 
+@pytest.mark.e2e
 def test_invalid_json_is_400(vendor_app: AppServer) -> None:
     client = vendor_app.client()
     response = client.post(OPENAI_PATH, content=b"{not json", headers={"Content-Type": "application/json"})
@@ -106,6 +111,7 @@ def test_invalid_json_is_400(vendor_app: AppServer) -> None:
 # --- what the vendor receives ----------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_vendor_gets_its_key_as_bearer_and_never_the_app_key(vendor_app: AppServer, fake_model: FakeModel) -> None:
     client = vendor_app.client(headers={"Authorization": f"Bearer {TEST_KEY}", "X-Custom": "x"})
     assert client.post(OPENAI_PATH, json={"model": "gpt-4o-mini", "messages": [USER]}).status_code == 200
@@ -121,6 +127,7 @@ def test_vendor_gets_its_key_as_bearer_and_never_the_app_key(vendor_app: AppServ
         assert_no_key_material(seen, (TEST_KEY,))
 
 
+@pytest.mark.e2e
 def test_reasoning_model_shaping(vendor_app: AppServer, fake_model: FakeModel) -> None:
     body = {
         "model": "gpt-5-mini",
@@ -158,6 +165,7 @@ def test_reasoning_model_shaping(vendor_app: AppServer, fake_model: FakeModel) -
     assert sent["seed"] == 7
 
 
+@pytest.mark.e2e
 def test_chat_model_shaping(vendor_app: AppServer, fake_model: FakeModel) -> None:
     body = {
         "model": "gpt-4o-mini",
@@ -176,6 +184,7 @@ def test_chat_model_shaping(vendor_app: AppServer, fake_model: FakeModel) -> Non
     assert "top_p" not in sent
 
 
+@pytest.mark.e2e
 def test_groq_shaping_and_defaults(vendor_app: AppServer, fake_model: FakeModel) -> None:
     body = {
         "model": "llama-3.3-70b-versatile",
@@ -195,6 +204,7 @@ def test_groq_shaping_and_defaults(vendor_app: AppServer, fake_model: FakeModel)
         assert absent not in sent, absent
 
 
+@pytest.mark.e2e
 def test_legacy_function_call_becomes_tool_choice(vendor_app: AppServer, fake_model: FakeModel) -> None:
     tools = [{"type": "function", "function": {"name": "interact_many", "parameters": {}}}]
     body = {"model": "gpt-4o-mini", "messages": [USER], "tools": tools, "function_call": {"name": "interact_many"}}
@@ -221,6 +231,7 @@ def _system(model: FakeModel) -> Any:
     return _sent(model)["messages"][0]
 
 
+@pytest.mark.e2e
 def test_hint_is_appended_to_a_string_system_message(vendor_app: AppServer, fake_model: FakeModel) -> None:
     messages = [{"role": "system", "content": "You play Crafter.  \n"}, USER]
     assert _post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": messages}).status_code == 200
@@ -229,11 +240,13 @@ def test_hint_is_appended_to_a_string_system_message(vendor_app: AppServer, fake
     assert sent[1:] == [USER]
 
 
+@pytest.mark.e2e
 def test_hint_is_inserted_when_there_is_no_system_message(vendor_app: AppServer, fake_model: FakeModel) -> None:
     assert _post(vendor_app, GROQ_PATH, {"model": "llama-3.1-8b-instant", "messages": [USER]}).status_code == 200
     assert _sent(fake_model)["messages"] == [{"role": "system", "content": crafting_hint()}, USER]
 
 
+@pytest.mark.e2e
 def test_hint_leaves_list_content_and_existing_hints_alone(vendor_app: AppServer, fake_model: FakeModel) -> None:
     parts = [{"role": "system", "content": [{"type": "text", "text": "rules"}]}, USER]
     hinted = [{"role": "system", "content": "Play.\n\n" + crafting_hint()}, USER]
@@ -257,6 +270,7 @@ def test_hint_states_the_games_recipes() -> None:
 TOOLS = [{"type": "function", "function": {"name": "interact_many", "parameters": {"type": "object"}}}]
 
 
+@pytest.mark.e2e
 def test_text_answer_gets_a_synthesised_interact_many_call(vendor_app: AppServer, fake_model: FakeModel) -> None:
     fake_model.script(text("The tree is left of me.\nactions: move_left, do, bogus"))
     response = _post(vendor_app, OPENAI_PATH, {"model": "gpt-4o-mini", "messages": [USER], "tools": TOOLS})
@@ -272,6 +286,7 @@ def test_text_answer_gets_a_synthesised_interact_many_call(vendor_app: AppServer
     assert json.loads(call["function"]["arguments"]) == {"actions": ["move_left", "do"]}
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "offered",
     [
@@ -294,6 +309,7 @@ def test_no_call_is_synthesised_for_a_request_that_did_not_offer_it(
     assert choice["finish_reason"] == "stop" and "tool_calls" not in choice["message"]
 
 
+@pytest.mark.e2e
 def test_json_text_answer_and_untouched_answers(vendor_app: AppServer, fake_model: FakeModel) -> None:
     fake_model.script(
         text('{"actions": ["place_table", "make_wood_pickaxe"]}'),
@@ -320,6 +336,7 @@ def test_synthesis_ignores_odd_bodies() -> None:
 # --- vendor failures -------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_vendor_refusing_our_key_is_502_with_status_and_a_sanitised_body(
     vendor_app: AppServer, fake_model: FakeModel
 ) -> None:
@@ -345,6 +362,7 @@ def test_vendor_refusing_our_key_is_502_with_status_and_a_sanitised_body(
     assert vendor_error["message"].startswith("Incorrect API key provided: [redacted]")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("status", "answered", "code", "should_retry"),
     [
@@ -373,6 +391,7 @@ def test_vendor_error_mapping(
     assert len(fake_model.requests) == 1  # one attempt: the caller owns retries
 
 
+@pytest.mark.e2e
 def test_a_refused_request_carries_the_vendors_own_error(vendor_app: AppServer, fake_model: FakeModel) -> None:
     vendor_error = {"message": "This model's maximum context length is 128000 tokens.", "type": "invalid_request_error"}
     vendor_error |= {"param": "messages", "code": "context_length_exceeded"}
@@ -382,6 +401,7 @@ def test_a_refused_request_carries_the_vendors_own_error(vendor_app: AppServer, 
     assert {key: problem[key] for key in vendor_error} == vendor_error
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("retry_after", "sent"), [("7", "7"), ("2.5", "3"), (None, "1"), ("soon", "1")])
 def test_vendor_429_is_a_429_with_retry_after(
     vendor_app: AppServer, fake_model: FakeModel, retry_after: str | None, sent: str
@@ -397,6 +417,7 @@ def test_vendor_429_is_a_429_with_retry_after(
     )
 
 
+@pytest.mark.e2e
 def test_non_json_error_body_is_cut_and_redacted(vendor_app: AppServer, fake_model: FakeModel) -> None:
     fake_model.script(raw(f"<html>bad gateway {GROQ_KEY} {'x' * 5000}</html>", status=502, content_type="text/html"))
     problem = error_body(_post(vendor_app, GROQ_PATH, {"model": "llama-3.1-8b-instant", "messages": [USER]}), 502)[
@@ -407,6 +428,7 @@ def test_non_json_error_body_is_cut_and_redacted(vendor_app: AppServer, fake_mod
     assert len(problem["body"]["text"]) <= 500
 
 
+@pytest.mark.e2e
 def test_vendor_timeout_is_504(make_app_server: Callable[..., AppServer], fake_model: FakeModel) -> None:
     server = make_app_server(
         openai_base_url=fake_model.url("/v1"), openai_api_key=OPENAI_KEY, inference_read_timeout_s=0.3
@@ -416,6 +438,7 @@ def test_vendor_timeout_is_504(make_app_server: Callable[..., AppServer], fake_m
     error_body(response, 504, "openai_timeout")
 
 
+@pytest.mark.e2e
 def test_unreachable_vendor_is_502(make_app_server: Callable[..., AppServer]) -> None:
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
@@ -426,6 +449,7 @@ def test_unreachable_vendor_is_502(make_app_server: Callable[..., AppServer]) ->
     error_body(response, 502, "groq_unreachable")
 
 
+@pytest.mark.e2e
 def test_dropped_connection_and_bad_answers_are_502(vendor_app: AppServer, fake_model: FakeModel) -> None:
     fake_model.script(drop(), raw(b"not json"), raw(b"[1, 2]"))
     body = {"model": "gpt-4o-mini", "messages": [USER]}
@@ -437,9 +461,8 @@ def test_dropped_connection_and_bad_answers_are_502(vendor_app: AppServer, fake_
     ]
 
 
+@pytest.mark.e2e
 def test_oversized_answer_is_refused(make_app_server: Callable[..., AppServer], fake_model: FakeModel) -> None:
-    from fake_model import huge
-
     server = make_app_server(
         openai_base_url=fake_model.url("/v1"), openai_api_key=OPENAI_KEY, inference_max_response_bytes=4096
     )
@@ -465,6 +488,7 @@ def test_redaction() -> None:
 # --- provider routing ------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_rollout_with_provider_openai_goes_to_the_vendor(vendor_app: AppServer, fake_model: FakeModel) -> None:
     fake_model.default = tool_call("move_left", "do")
     request = {

@@ -8,9 +8,10 @@ from typing import Any
 import anyio
 import crafter.constants
 import pytest
-from fake_model import FakeModel, chat, error, hang, raw, text, tool_call
-from helpers import make_plan
+from support.fake_model import FakeModel, chat, error, hang, raw, text, tool_call
+from support.rollouts import make_plan
 
+from task_app.core import json_codec
 from task_app.core.errors import NotConfigured
 from task_app.core.outbound import open_session
 from task_app.core.settings import Settings
@@ -21,13 +22,14 @@ from task_app.policy.prompts import build_messages, recipe_lines, system_prompt,
 from task_app.policy.react import ReactPolicy, build_react_policy, calls_from_text, parse_answer
 from task_app.rollout.engine import RolloutEngine
 from task_app.rollout.plan import RolloutPlan
+from task_app.tracing import build_session_trace
 
 FAST = InferenceLimits(connect_timeout_s=2.0, read_timeout_s=5.0, max_attempts=3, backoff_s=0.01, backoff_max_s=0.05)
 
 
 @pytest.fixture
 def model(fake_model: FakeModel) -> FakeModel:
-    """The session's fake model (tests/fake_model.py), reset for each test."""
+    """The session's fake model (tests/support/fake_model.py), reset for each test."""
     return fake_model
 
 
@@ -229,6 +231,7 @@ def _react(plan: RolloutPlan, **kwargs: Any) -> ReactPolicy:
     )
 
 
+@pytest.mark.e2e
 @pytest.mark.anyio
 async def test_decide_sends_tool_request_and_reports(model: FakeModel, worlds: WorldFactory) -> None:
     model.script(tool_call("move_left", "do"))
@@ -259,6 +262,7 @@ async def test_decide_sends_tool_request_and_reports(model: FakeModel, worlds: W
     assert call.input_tokens == 120 and call.finish_reason == "tool_calls"
 
 
+@pytest.mark.e2e
 @pytest.mark.anyio
 async def test_decide_vision_and_api_key(model: FakeModel, worlds: WorldFactory) -> None:
     plan = _plan(model, use_vision=True, api_key="caller-key", model="gpt-5-mini")
@@ -273,6 +277,7 @@ async def test_decide_vision_and_api_key(model: FakeModel, worlds: WorldFactory)
     assert [part["type"] for part in body["messages"][1]["content"]] == ["text", "image_url"]
 
 
+@pytest.mark.e2e
 @pytest.mark.anyio
 async def test_text_and_garbage_answers(model: FakeModel, worlds: WorldFactory) -> None:
     model.script(text("actions: move_right, do"), raw(b"<html>oops"), chat({"role": "assistant", "content": "hm"}))
@@ -315,6 +320,7 @@ async def _run(plan: RolloutPlan, worlds: WorldFactory, limits: InferenceLimits 
         return result, anyio.current_time() - start
 
 
+@pytest.mark.e2e
 @pytest.mark.anyio
 async def test_rollout_completes(model: FakeModel, worlds: WorldFactory) -> None:
     model.script(tool_call("move_left", "move_left"), text('```json\n{"actions": ["do"]}\n```'), tool_call("noop"))
@@ -331,6 +337,41 @@ async def test_rollout_completes(model: FakeModel, worlds: WorldFactory) -> None
     assert "- #1: move_left, move_left" in model.requests[1].body["messages"][1]["content"]
 
 
+@pytest.mark.e2e
+@pytest.mark.anyio
+async def test_tool_call_arguments_are_parsed_once_a_decision(
+    model: FakeModel, worlds: WorldFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The policy parses each call's `arguments` text; the engine plays the policy's `ActionPlan` and the
+    trace records the parsed value: no other reading of that text, from the answer to the stored trace."""
+    readings: list[str] = []
+    real_loads = json_codec.loads
+
+    def counting_loads(data: str | bytes, **options: Any) -> Any:
+        if isinstance(data, str) and data.startswith('{"actions"'):
+            readings.append(data)
+        return real_loads(data, **options)
+
+    monkeypatch.setattr(json_codec, "loads", counting_loads)
+    model.script(tool_call("move_left", "do"), tool_call("noop"), tool_call("move_up"))
+    result, _ = await _run(_plan(model, ops=3), worlds)
+    trace = build_session_trace(result)
+    assert [list(record.plan.actions) for record in result.records] == [["move_left", "do"], ["noop"], ["move_up"]]
+    assert readings == ['{"actions": ["move_left", "do"]}', '{"actions": ["noop"]}', '{"actions": ["move_up"]}']
+    call_records = [
+        event["call_records"][0]
+        for step in trace["session_time_steps"]
+        for event in step["events"]
+        if event.get("call_records")
+    ]
+    assert [record["output_tool_calls"][0]["arguments"] for record in call_records] == [
+        {"actions": ["move_left", "do"]},
+        {"actions": ["noop"]},
+        {"actions": ["move_up"]},
+    ]
+
+
+@pytest.mark.e2e
 @pytest.mark.anyio
 async def test_three_unusable_answers_stop_the_rollout(model: FakeModel, worlds: WorldFactory) -> None:
     model.script(tool_call("do"), text("I am thinking."), raw(b"nope"), tool_call("dance"))
@@ -342,6 +383,7 @@ async def test_three_unusable_answers_stop_the_rollout(model: FakeModel, worlds:
     assert result.records[1].step_info()["meta"]["unusable_reason"] == "no_actions_in_text"
 
 
+@pytest.mark.e2e
 @pytest.mark.anyio
 async def test_model_server_refusal_stops_with_policy_error(model: FakeModel, worlds: WorldFactory) -> None:
     model.script(tool_call("do"), error(401))
@@ -351,6 +393,7 @@ async def test_model_server_refusal_stops_with_policy_error(model: FakeModel, wo
     assert len(result.records) == 1
 
 
+@pytest.mark.e2e
 @pytest.mark.anyio
 async def test_hanging_model_cannot_outlive_the_rollout(model: FakeModel, worlds: WorldFactory) -> None:
     model.script(tool_call("do"))

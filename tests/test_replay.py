@@ -11,19 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import (
-    NOOPS,
-    FakeLLMPolicy,
-    RandomPolicy,
-    ScriptedPolicy,
-    deaths_rollout,
-    llm_rollout,
-    load_session,
-    make_plan,
-    run_cli,
-    run_rollout,
-    store_all,
-)
+from support.policies import FakeLLMPolicy, RandomPolicy, ScriptedPolicy
+from support.rollouts import NOOPS, deaths_rollout, llm_rollout, make_plan, run_rollout
+from support.traces import load_session, run_cli, store_all
 
 from task_app.game import WorldFactory
 from task_app.inspection.replay import ReplayError, replay, run_from_response, run_from_trace

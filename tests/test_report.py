@@ -10,9 +10,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import browser
 import pytest
-from helpers import EXTERNAL, MODEL, FakeLLMPolicy, llm_rollout, make_plan, page_data, run_rollout
+from support import browser
+from support.pages import EXTERNAL, page_data
+from support.policies import MODEL, FakeLLMPolicy
+from support.rollouts import llm_rollout, make_plan, run_rollout
 
 from task_app.game import ACHIEVEMENTS, Observation, WorldFactory
 from task_app.inspection.report import (
@@ -165,6 +167,7 @@ def test_report_notes_a_diverged_episode(rows: list[EpisodeRow], worlds: WorldFa
 # --- in a browser ---------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_browser_report_bars_and_links(chrome: Any, report: Any, tmp_path: Path) -> None:
     chrome.get(report.path.as_uri())
     assert browser.console_errors(chrome) == []

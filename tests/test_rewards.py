@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from task_app.game import ACHIEVEMENTS, DecisionOutcome
-from task_app.rollout.rewards import StepRewardConfig, StepRewardShaper
+from task_app.rollout.step_rewards import StepRewardConfig, StepRewardShaper
 
 INVENTORY = {
     "health": 9,

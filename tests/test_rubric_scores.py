@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from helpers import make_plan, request_body
+from support.rollouts import make_plan, request_body
 
 from task_app.core.rubrics import Rubric, load_rubrics
 from task_app.game import ACHIEVEMENTS, ActionPlan, DecisionOutcome
@@ -250,6 +250,7 @@ def test_a_replaced_rubric_scores_only_what_is_defined() -> None:
     assert score_rollout(result_of(wood_and_table()), custom).outcome.score is None
 
 
+@pytest.mark.e2e
 def test_a_served_rollout_carries_both_scores(client: httpx.Client) -> None:
     body = request_body(run_id="rubric-served", ops=["agent", "env"] * 30, policy={"config": {"max_llm_calls": 30}})
     response = client.post("/rollout", json=body)

@@ -14,14 +14,17 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerProcess, server_process, server_processes, wait_until
-from fake_model import FakeModel, delay
-from helpers import error_body, request_body, run_cli
 from prometheus_client.parser import text_string_to_metric_families
+from support.errors import error_body
+from support.fake_model import FakeModel, delay
+from support.polling import wait_until
+from support.processes import ServerProcess, server_process, server_processes
+from support.rollouts import request_body
+from support.traces import run_cli
 
 from task_app.core.contracts import RolloutResponse
 
-pytestmark = pytest.mark.usefixtures("no_key_in_logs")
+pytestmark = [pytest.mark.usefixtures("no_key_in_logs"), pytest.mark.e2e]
 
 LOST_AFTER_S = 3.0
 FLEET = {"runs_heartbeat_s": 0.25, "runs_lost_after_s": LOST_AFTER_S}

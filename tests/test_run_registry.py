@@ -6,7 +6,7 @@ The HTTP end of the same, with real app processes, is tests/test_run_fleet.py.""
 from __future__ import annotations
 
 import pytest
-from helpers import FakeClock
+from support.fakes import FakeClock
 
 from task_app.core.errors import CapacityExceeded, Conflict, Gone, NotFound, RateLimited
 from task_app.rollout import fleet as fleet_module

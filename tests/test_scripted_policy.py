@@ -9,7 +9,9 @@ import time
 from collections.abc import Sequence
 
 import numpy as np
-from helpers import clear_around, make_plan, trajectory_key
+import pytest
+from support.rollouts import make_plan, trajectory_key
+from support.worlds import clear_around
 
 from task_app.game import ACTIONS, Game, Observation, WorldFactory
 from task_app.game.actions import plan_from_names
@@ -58,6 +60,7 @@ async def play(worlds: WorldFactory, seeds: Sequence[int], decisions: int) -> li
     return list(zip(results, policies, strict=True))
 
 
+@pytest.mark.e2e  # 20 whole episodes, 6,000 decisions: the slow part, though it starts no server
 def test_unlocks_many_achievements_quickly(worlds: WorldFactory) -> None:
     runs = asyncio.run(play(worlds, SEEDS, DECISIONS))
 

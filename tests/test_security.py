@@ -17,9 +17,11 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ALIAS_KEY, KEY_GUARD, TEST_KEY, AppServer, KeyGuard, _guarded_handle
-from fake_model import FakeModel, tool_call
-from helpers import error_body, request_body
+from support.errors import error_body
+from support.fake_model import FakeModel, tool_call
+from support.keys import ALIAS_KEY, KEY_GUARD, TEST_KEY, KeyGuard, guarded_handle
+from support.rollouts import request_body
+from support.servers import AppServer
 
 from task_app.web import auth
 
@@ -47,6 +49,7 @@ def test_auth_compares_keys_only_with_compare_digest() -> None:
     assert "hmac.compare_digest" in calls
 
 
+@pytest.mark.e2e
 def test_every_presented_key_is_compared_with_every_accepted_key_on_a_real_server(
     app_server: AppServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -72,7 +75,7 @@ def test_every_presented_key_is_compared_with_every_accepted_key_on_a_real_serve
 
 
 def test_every_log_record_of_the_session_passes_the_key_guard() -> None:
-    assert logging.Logger.handle is _guarded_handle
+    assert logging.Logger.handle is guarded_handle
     before = KEY_GUARD.checked
     logging.getLogger("task_app.security_probe").debug("a debug line from %s", "the app")
     logging.getLogger("uvicorn.error").warning("a line from a logger that does not propagate to root")
@@ -104,6 +107,7 @@ def guarded(make_app_server: Callable[..., AppServer]) -> AppServer:
     return make_app_server(inference_allowed_hosts=["127.0.0.1"], warm_up=False)
 
 
+@pytest.mark.e2e
 def test_allowed_model_host_is_served(guarded: AppServer, fake_model: FakeModel) -> None:
     response = guarded.client().post("/rollout", json=request_body(inference_url=fake_model.url()))
     assert response.status_code == 200 and response.json()["metrics"]["details"]["stop_reason"] == "completed"
@@ -111,6 +115,7 @@ def test_allowed_model_host_is_served(guarded: AppServer, fake_model: FakeModel)
     assert guarded.client().post("/rollout", json=request_body(inference_url=upper)).status_code == 200
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "host",
     [
@@ -134,6 +139,7 @@ def test_hosts_outside_the_allow_list_are_refused_before_any_call(
     assert guarded.health()["rollouts"]["active"] == 0
 
 
+@pytest.mark.e2e
 def test_a_redirect_from_the_model_server_is_not_followed(app_server: AppServer, fake_model: FakeModel) -> None:
     """A model server cannot bounce the app to another host (e.g. cloud metadata) with a redirect.
 
@@ -163,6 +169,7 @@ def _cors_headers(response: httpx.Response) -> dict[str, str]:
     return {name: value for name, value in response.headers.items() if name.lower().startswith("access-control-")}
 
 
+@pytest.mark.e2e
 def test_cors_is_off_by_default(app_server: AppServer) -> None:
     client = app_server.client()
     assert _cors_headers(client.get("/info", headers={"Origin": ORIGIN})) == {}
@@ -171,6 +178,7 @@ def test_cors_is_off_by_default(app_server: AppServer) -> None:
     assert preflight.status_code == 405 and _cors_headers(preflight) == {}
 
 
+@pytest.mark.e2e
 def test_cors_for_a_configured_origin_only_and_never_with_credentials(
     make_app_server: Callable[..., AppServer],
 ) -> None:
@@ -187,6 +195,7 @@ def test_cors_for_a_configured_origin_only_and_never_with_credentials(
     assert server.client(key=None).get("/info", headers={"Origin": ORIGIN}).status_code == 401  # CORS is not auth
 
 
+@pytest.mark.e2e
 def test_a_wildcard_origin_never_comes_with_credentials(make_app_server: Callable[..., AppServer]) -> None:
     server = make_app_server(cors_origins=["*"], warm_up=False)
     response = server.client().get("/info", headers={"Origin": ORIGIN, "Cookie": "session=1"})
@@ -201,6 +210,7 @@ def test_a_wildcard_origin_never_comes_with_credentials(make_app_server: Callabl
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.jsonl$")
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "run_id",
     [".hidden", "-rf", "a:b:c", "CON", "nul.txt", "x" * 200, "run.jsonl", ":.", "._-"],
@@ -221,6 +231,7 @@ def test_sft_files_from_odd_run_ids_stay_inside_their_directory(
     assert path.resolve().parent == sft.resolve() and len(path.name) < 120
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("run_id", ["../escape", "..", "a/../../b", "/etc/passwd", "C:\\x", "a\x00b", "~root"])
 def test_hostile_run_ids_are_refused_and_write_nothing(
     make_app_server: Callable[..., AppServer], fake_model: FakeModel, tmp_path: Path, run_id: str

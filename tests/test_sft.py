@@ -8,7 +8,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from helpers import MODEL, SYSTEM_PROMPT, FakeLLMPolicy, llm_rollout, run_llm_rollout, store_result, with_run_id
+from support.policies import MODEL, SYSTEM_PROMPT, FakeLLMPolicy
+from support.rollouts import llm_rollout, run_llm_rollout, with_run_id
+from support.traces import store_result
 
 from task_app.game import WorldFactory
 from task_app.rollout.result import RolloutResult

@@ -1,5 +1,5 @@
 """The state store's contract on every backend: memory, sqlite (one file, several processes) and
-modal-dict, the last against `FakeModalDict` (tests/helpers.py), a double with `modal.Dict`'s documented
+modal-dict, the last against `FakeModalDict` (tests/support/fakes.py), a double with `modal.Dict`'s documented
 semantics (there is no Modal account here); a test below holds the backend to the real SDK's names."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 import anyio
 import modal
 import pytest
-from conftest import ROOT
-from helpers import FakeClock, FakeModalDict
+from support.fakes import FakeClock, FakeModalDict
+from support.processes import ROOT
 
 from task_app.store import StateStore, StoreUnavailable, open_store
 from task_app.store.modal_dict import ModalDictStore
@@ -110,6 +110,7 @@ async def test_an_unusable_sqlite_path_is_a_precise_error(tmp_path: Path) -> Non
         await SqliteStore(tmp_path / "file" / "state.db").open()
 
 
+@pytest.mark.e2e
 def test_put_if_absent_has_one_winner_across_processes(tmp_path: Path) -> None:
     """Four processes race for the same 300 keys of one SQLite file: each key has exactly one winner."""
     path = tmp_path / "race.db"

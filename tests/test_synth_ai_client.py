@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import TEST_KEY, AppServer
-from fake_model import DEFAULT_USAGE, FakeModel, tool_call
+from support.fake_model import DEFAULT_USAGE, FakeModel, tool_call
+from support.keys import TEST_KEY
+from support.servers import AppServer
 from synth_ai.task.client import TaskAppClient
 from synth_ai.task.contracts import (
     RolloutEnvSpec,
@@ -28,6 +29,8 @@ from synth_ai.task.contracts import (
     RolloutResponse,
 )
 from synth_ai.task.validators import validate_rollout_response_for_rl
+
+pytestmark = pytest.mark.e2e  # every test here starts a server or a child process
 
 SAMPLES = Path(__file__).parent / "samples"
 TIMING_KEYS = {

@@ -8,9 +8,9 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import AppServer
-from conftest import expect_error as error
-from helpers import make_plan, request_body
+from support.errors import error_body as error
+from support.rollouts import make_plan, request_body
+from support.servers import AppServer
 
 from task_app.core.errors import InvalidRequest
 from task_app.core.settings import MAX_SEED, Settings

@@ -2,7 +2,7 @@
 says, and that the ids and logprobs reach the response, the stored trace and `traces export --format tokens`
 exactly as the server sent them; bad token data is refused for its decision with a precise reason.
 
-End to end against the loopback fake model in its vLLM, SGLang and OpenAI modes (tests/fake_model.py).
+End to end against the loopback fake model in its vLLM, SGLang and OpenAI modes (tests/support/fake_model.py).
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import AppServer
-from fake_model import FakeModel, huge, json_body, tool_call
-from helpers import request_body
+from support.fake_model import FakeModel, huge, json_body, tool_call
+from support.rollouts import request_body
+from support.servers import AppServer
 
 from task_app.cli.main import main
 from task_app.core.contracts import RolloutResponse
-from task_app.policy.inference import PROVIDER_CUSTOM, PROVIDER_GROQ, PROVIDER_OPENAI
-from task_app.policy.tokens import MAX_TOKEN_IDS, TokenData, read_tokens, request_fields
+from task_app.policy.providers import PROVIDER_CUSTOM, PROVIDER_GROQ, PROVIDER_OPENAI
+from task_app.policy.sampled_tokens import MAX_TOKEN_IDS, TokenData, read_tokens, request_fields
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")
 
@@ -186,6 +186,7 @@ def test_more_completion_tokens_than_the_request_allowed_is_refused() -> None:
 # --- end to end: vLLM -------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_vllm_tokens_reach_the_response_the_trace_and_the_export(
     app_server: AppServer, client: httpx.Client, fake_model: FakeModel, tmp_path: Path
 ) -> None:
@@ -217,6 +218,7 @@ def test_vllm_tokens_reach_the_response_the_trace_and_the_export(
         }
 
 
+@pytest.mark.e2e
 def test_policy_config_switch_asks_for_tokens_too(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.tokens = "vllm"
     result = rollout(client, react(fake_model, 1, logprobs=True))
@@ -224,6 +226,7 @@ def test_policy_config_switch_asks_for_tokens_too(client: httpx.Client, fake_mod
     assert step["info"]["tokens"] == served_tokens(fake_model.answers[0])
 
 
+@pytest.mark.e2e
 def test_without_logprobs_nothing_is_asked_and_nothing_added(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.tokens = "vllm"
     result = rollout(client, react(fake_model, 2, record={"return_trace": True, "trace_format": "structured"}))
@@ -236,6 +239,7 @@ def test_without_logprobs_nothing_is_asked_and_nothing_added(client: httpx.Clien
     )
 
 
+@pytest.mark.e2e
 def test_compact_traces_stay_compact(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.tokens = "vllm"
     result = rollout(client, react(fake_model, 2, record={"logprobs": True, "return_trace": True}))
@@ -252,10 +256,14 @@ def test_compact_traces_stay_compact(client: httpx.Client, fake_model: FakeModel
     }
 
 
+@pytest.mark.e2e
 def test_a_server_that_sends_no_tokens_marks_each_decision(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.tokens = None  # a plain OpenAI-compatible server that ignores the token fields
     result = rollout(client, react(fake_model, 2, record={"logprobs": True}))
-    for step in result["trajectories"][0]["steps"]:
+    assert [set(VLLM_FIELDS) <= set(request.body) for request in fake_model.requests] == [True, True]  # asked
+    steps = result["trajectories"][0]["steps"]
+    assert len(steps) == 2
+    for step in steps:
         tokens = step["info"]["tokens"]
         assert tokens["tokens_missing"] is True and step["logprob"] is None
         assert tokens["tokens_missing_reason"] == (
@@ -265,6 +273,7 @@ def test_a_server_that_sends_no_tokens_marks_each_decision(client: httpx.Client,
         assert tokens["finish_reason"] == "tool_calls" and tokens["model"] == "fake-model"
 
 
+@pytest.mark.e2e
 def test_sglang_tokens_with_its_prompt_field_in_extra_body(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.tokens = "sglang"
     body = react(fake_model, 1, record={"logprobs": True}, extra_body={"return_prompt_token_ids": True})
@@ -276,6 +285,7 @@ def test_sglang_tokens_with_its_prompt_field_in_extra_body(client: httpx.Client,
     assert tokens["completion_tokens"] == [entry["token"] for entry in choice["logprobs"]["content"]]
 
 
+@pytest.mark.e2e
 def test_bad_token_data_costs_only_that_decisions_tokens(client: httpx.Client, fake_model: FakeModel) -> None:
     call = {
         "id": "c1",
@@ -302,6 +312,7 @@ def test_bad_token_data_costs_only_that_decisions_tokens(client: httpx.Client, f
     assert result["metrics"]["details"]["stop_reason"] == "completed"
 
 
+@pytest.mark.e2e
 def test_a_50_mb_logprobs_list_is_refused_for_its_decision(client: httpx.Client, fake_model: FakeModel) -> None:
     entry = b'{"token": "token_id:17", "logprob": -0.25, "bytes": null, "top_logprobs": []}, '
     head = b'{"model": "fake-model", "choices": [{"index": 0, "finish_reason": "stop", "logprobs": {"content": ['
@@ -315,6 +326,7 @@ def test_a_50_mb_logprobs_list_is_refused_for_its_decision(client: httpx.Client,
     assert second["info"]["tokens"]["tokens_missing"] is False
 
 
+@pytest.mark.e2e
 def test_a_logprobs_list_longer_than_max_tokens_is_refused(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.tokens = "vllm"
     fake_model.default = tool_call(*["move_left"] * 8)  # the stand-in tokenizer makes ~40 completion tokens
@@ -329,6 +341,7 @@ def test_a_logprobs_list_longer_than_max_tokens_is_refused(client: httpx.Client,
 # --- end to end: OpenAI ------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_openai_gets_only_its_own_fields_and_gives_token_strings(make_app_server: Any, fake_model: FakeModel) -> None:
     server = make_app_server(openai_base_url=fake_model.url("/v1"), openai_api_key=OPENAI_KEY)
     fake_model.tokens = "openai"  # refuses vLLM's fields with a 400, as OpenAI does
@@ -348,6 +361,7 @@ def test_openai_gets_only_its_own_fields_and_gives_token_strings(make_app_server
         assert step["logprob"] == pytest.approx(math.fsum(tokens["completion_logprobs"]))
 
 
+@pytest.mark.e2e
 def test_an_openai_reasoning_model_is_not_asked(make_app_server: Any, fake_model: FakeModel) -> None:
     server = make_app_server(openai_base_url=fake_model.url("/v1"), openai_api_key=OPENAI_KEY)
     fake_model.tokens = "openai"

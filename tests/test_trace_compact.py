@@ -8,17 +8,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from helpers import (
-    SYSTEM_PROMPT,
-    FakeLLMPolicy,
-    ScriptedPolicy,
-    deaths_rollout,
-    llm_rollout,
-    run_llm_rollout,
-    store_result,
-)
+from support.policies import SYSTEM_PROMPT, FakeLLMPolicy, ScriptedPolicy
+from support.rollouts import deaths_rollout, llm_rollout, run_llm_rollout
+from support.traces import store_result
 
-from task_app.core.json_codec import dumps, dumps_bytes, is_plain, loads
 from task_app.game import WorldFactory
 from task_app.rollout.engine import RolloutEngine
 from task_app.rollout.result import RolloutResult
@@ -96,62 +89,6 @@ def test_a_changed_system_prompt_is_stored_again(result: RolloutResult) -> None:
     system_rows = [row[4] for row in rows.messages if row[3] == "system"]
     assert sum(SYSTEM_PROMPT in body for body in system_rows) == 1
     assert any('"content":"other"' in body for body in system_rows)
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        {"a": [1, 2.5, None, True, "é😀\n\u2028"], "b": {"c": -0.0}},
-        {"small": 1e-05, "big": 10**30},
-        {1: "int key"},
-        {"nan": float("nan")},
-        ("tuple", 2),
-        "\ud800",
-    ],
-)
-def test_json_codec_matches_the_stdlib(value: object) -> None:
-    assert dumps(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        '{"actions": ["move_left", "do"], "n": -0, "x": -0.0, "f": 2.5e-7}',
-        "123456789012345678901234567890",  # orjson alone: a float
-        "-9223372036854775809",
-        '{"logprob": -0.00012345678901234567, "big": 12345678901234567890.5, "e": 1234567890123456789012e5}',
-        '"\\ud800"',
-        "NaN",
-        "1e400",
-        '{"id": "call_12345678901234567890"}',
-        b'\xef\xbb\xbf{"a": 1}',
-    ],
-)
-@pytest.mark.parametrize("as_bytes", [False, True], ids=["text", "bytes"])
-def test_json_codec_reads_as_the_stdlib(text: str | bytes, as_bytes: bool) -> None:
-    data = text.encode() if as_bytes and isinstance(text, str) else text
-    value = loads(data)
-    assert repr(value) == repr(json.loads(data))
-    assert type(value) is type(json.loads(data))
-
-
-@pytest.mark.parametrize("text", ["[1,]", '{"a": }', "", '"\x01"', "\ufeff{}"])
-def test_json_codec_refuses_as_the_stdlib(text: str) -> None:
-    with pytest.raises(json.JSONDecodeError) as expected:
-        json.loads(text)
-    with pytest.raises(json.JSONDecodeError) as refused:
-        loads(text)
-    assert str(refused.value) == str(expected.value)
-
-
-def test_json_codec_bytes_match_what_httpx_sends() -> None:
-    value = {"model": "m", "temperature": 0.2, "messages": [{"role": "user", "content": "héllo"}]}
-    assert is_plain(value)
-    assert dumps_bytes(value, allow_nan=False) == json.dumps(
-        value, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
-    with pytest.raises(ValueError, match="Out of range float"):
-        dumps_bytes({"x": float("inf")}, allow_nan=False)
 
 
 async def test_rows_built_during_the_rollout_equal_rows_built_at_the_end(worlds: WorldFactory) -> None:

@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import MODEL, FakeLLMPolicy, first_line, llm_rollout, run_llm_rollout, store_result, with_run_id
+from support.policies import MODEL, FakeLLMPolicy
+from support.processes import first_line
+from support.rollouts import llm_rollout, run_llm_rollout, with_run_id
+from support.traces import store_result
 
 from task_app.game import WorldFactory
 from task_app.rollout.engine import RolloutEngine
@@ -753,6 +756,7 @@ _KILL_HELPER = textwrap.dedent(
 )
 
 
+@pytest.mark.e2e
 def test_sigkill_right_after_writes_loses_nothing(tmp_path: Path, result: RolloutResult) -> None:
     count = 12
     source, script, db = tmp_path / "result.pickle", tmp_path / "writer.py", tmp_path / "t.db"

@@ -1,7 +1,7 @@
 """`task-app traces list | show | export` against a real trace database.
 
 The database holds rollouts of the real engine and real crafter, driven by the fake chat model of
-helpers.py (`FakeLLMPolicy`) and written by the real TraceStore:
+support/policies.py (`FakeLLMPolicy`) and written by the real TraceStore:
 
     alpha    fake model, the call of decision 1 fails (no answer)
     bravo    another model that also writes text next to its tool call
@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import MODEL, SYSTEM_PROMPT, FakeLLMPolicy, run_cli, run_llm_rollout, store_result, with_run_id
+from support.policies import MODEL, SYSTEM_PROMPT, FakeLLMPolicy
+from support.rollouts import run_llm_rollout, with_run_id
+from support.traces import run_cli, store_result
 
 from task_app.cli.traces import (
     TEXT_PREVIEW_CHARS,
@@ -486,6 +488,7 @@ def test_unreadable_databases_exit_2_with_a_message(cli: Any, tmp_path: Path) ->
 # --- the installed command ------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_wired_into_task_app_cli(corpus: Corpus, tmp_path: Path) -> None:
     """Needs `add_traces_parser(commands)` in task_app/cli/main.py `build_parser` (the lead's one-line change)."""
     command = [sys.executable, "-m", "task_app.cli.main", "traces"]

@@ -1,5 +1,5 @@
 """Trace payloads (docs/contract.md, "Trace payload"): compact / structured / full built from real rollouts of
-`helpers.FakeLLMPolicy` through the real RolloutEngine and real crafter."""
+`support.policies.FakeLLMPolicy` through the real RolloutEngine and real crafter."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from helpers import MODEL, SAMPLES, SYSTEM_PROMPT, FakeLLMPolicy, llm_rollout
+from support.policies import MODEL, SYSTEM_PROMPT, FakeLLMPolicy
+from support.rollouts import SAMPLES, llm_rollout
 
 from task_app.game import WorldFactory
 from task_app.rollout.result import RolloutResult

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from crafter import objects
-from helpers import clear_around
+from support.worlds import clear_around
 
 from task_app.game import GameEnv, WorldFactory, world_traits
 from task_app.game.traits import difficulty_of

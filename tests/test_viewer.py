@@ -12,24 +12,17 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
-import browser
 import pytest
-from conftest import TEST_KEY, AppServer, wait_until
-from helpers import (
-    EXTERNAL,
-    FakeLLMPolicy,
-    deaths_rollout,
-    error_body,
-    llm_rollout,
-    load_session,
-    make_plan,
-    page_data,
-    request_body,
-    run_cli,
-    run_rollout,
-    store_all,
-)
 from PIL import Image
+from support import browser
+from support.errors import error_body
+from support.keys import TEST_KEY
+from support.pages import EXTERNAL, page_data
+from support.policies import FakeLLMPolicy
+from support.polling import wait_until
+from support.rollouts import deaths_rollout, llm_rollout, make_plan, request_body, run_rollout
+from support.servers import AppServer
+from support.traces import load_session, run_cli, store_all
 
 from task_app.core.settings import Settings
 from task_app.game import WorldFactory
@@ -155,6 +148,7 @@ def view_server(directory: Path, **overrides: Any) -> Iterator[AppServer]:
         yield AppServer(stack.enter_context(serve_in_thread(app)), app, settings, stack)
 
 
+@pytest.mark.e2e
 def test_view_route(tmp_path: Path) -> None:
     with view_server(tmp_path) as server:
         client = server.client()
@@ -176,6 +170,7 @@ def test_view_route(tmp_path: Path) -> None:
         assert server.client(key="wrong-key-000").get("/runs/served-run/view").status_code == 401
 
 
+@pytest.mark.e2e
 def test_view_route_without_tracing(tmp_path: Path) -> None:
     with view_server(tmp_path, tracing_enabled=False) as server:
         response = server.client().get("/runs/anything/view")
@@ -197,6 +192,7 @@ def _view_state(driver: Any) -> tuple[str, str, str, str]:
     return (by_id("frame").get_attribute("src"), by_id("counter").text, by_id("obs").text, by_id("actions").text)
 
 
+@pytest.mark.e2e
 def test_browser_steps_through_an_episode(chrome: Any, viewer_page: Path, tmp_path: Path) -> None:
     data = page_data(viewer_page.read_text())
     points, frames = data["positions"], data["frames"]

@@ -13,6 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+pytestmark = pytest.mark.e2e  # every test here starts a server or a child process
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

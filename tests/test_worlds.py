@@ -8,7 +8,7 @@ import crafter
 import numpy as np
 import pytest
 from crafter import engine
-from helpers import keep_alive, world_digest, world_state
+from support.worlds import keep_alive, world_digest, world_state
 
 from task_app.game import Game, GameEnv, WorldFactory
 from task_app.game.actions import plan_from_names

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import secrets
@@ -16,7 +15,9 @@ import anyio
 import uvicorn
 from rich.console import Console
 
+from ..core.json_codec import dumps
 from ..core.settings import Settings
+from ..core.version import app_version
 from ..inspection.eval_stats import eval_summary
 from ..inspection.report import request_with_trace, write_report
 from ..web.local_server import DOORS_FROM_ENV, HTTP_PARSER, bind_socket, serve_in_thread, serve_processes, with_ors
@@ -132,7 +133,7 @@ def _eval(args: argparse.Namespace) -> int:
     summary = eval_summary(rows, args.repeats)
     print_eval_summary(summary, console)
     if args.json is not None:
-        text = json.dumps(summary, indent=2) + "\n"
+        text = dumps(summary, pretty=True) + "\n"
         if str(args.json) == "-":
             sys.stdout.write(text)
         else:
@@ -146,6 +147,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="task-app", description="Crafter task app")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {app_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="serve the app with uvicorn")

@@ -19,7 +19,6 @@ printed); 2 when no page could be written.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import anyio
 from rich.console import Console
 
+from ..core.json_codec import dumps
 from ..game import WorldFactory
 from ..inspection.replay import RecordedRun, ReplayError, ReplayOutcome, replay, run_from_trace
 from ..inspection.viewer import FRAME_SIZE, build_episode_page, page_name
@@ -139,7 +139,7 @@ def replay_command(args: argparse.Namespace) -> int:
         return print_error(exc)
     outcome = replay(run, WorldFactory(cache_size=WORLD_CACHE))
     if args.json:
-        sys.stdout.write(json.dumps(verdict(outcome), indent=2) + "\n")
+        sys.stdout.write(dumps(verdict(outcome), pretty=True) + "\n")
     else:
         _print_verdict(outcome)
     if outcome.mismatch is not None:

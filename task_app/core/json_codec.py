@@ -1,125 +1,70 @@
-"""Compact JSON exactly as the stdlib writes and reads it, at orjson's speed where the two agree.
+"""The app's one JSON policy: orjson, with the standard library for what orjson refuses.
 
-`json.dumps(value, separators=(",", ":"), ensure_ascii=False)` and `orjson.dumps(value)` write the same
-bytes for "plain" data: str, int (64-bit), bool, None, lists/tuples and dicts with str keys, and floats
-that are 0 or at least 1e-4 in size. They differ on floats below 1e-4 (`1e-05` vs `0.00001`), NaN and
-Infinity, huge ints, lone surrogates, non-str keys and subclasses, so anything else (or anything orjson
-refuses) goes to the stdlib. The output never depends on which encoder ran: traces, stored rows and
-the request bodies sent to model servers stay byte-identical to what the stdlib wrote. Reading
-(`loads`), the two differ on integers beyond 64 bits, which orjson turns into floats, and on what
-orjson refuses (NaN, Infinity, numbers beyond a double, lone surrogates, a BOM in bytes): the stdlib
-reads those.
+Every module reads and writes JSON through these functions and imports neither `json` nor `orjson`.
+
+Writing (`dumps`, `dumps_bytes`): compact, UTF-8 (no `\\uXXXX` escapes), keys in insertion order, as
+orjson writes it. numpy arrays and scalars are written as lists and numbers; datetimes, dataclasses
+and anything else JSON has no form for go through `default` (a TypeError without one, as with the
+standard library). NaN and Infinity, which are not JSON, are written as `null`. What orjson refuses
+(an integer beyond 64 bits, a lone surrogate, a dict key that is not a str) is written by the standard
+library in the same layout, its non-ASCII characters escaped (a lone surrogate has no other valid
+form; in that rare value a NaN is written `NaN`, as the standard library does). The bytes are not
+promised to equal the standard library's (it writes `1e-05` where orjson writes `0.00001`): nothing
+needs that, every reader parses them.
+
+Reading (`loads`): orjson; what it refuses (NaN, Infinity, a number beyond a double, a lone surrogate,
+a byte-order mark) is read by the standard library, so a model server's `-Infinity` logprob reaches
+the token checks instead of making the whole answer unreadable. Invalid JSON raises
+`json.JSONDecodeError` (a ValueError). Integers beyond 64 bits are read as floats (orjson's rule;
+nothing the app reads carries one: seeds are below 2**63, token ids far below). `loads(data,
+strict=True)` is orjson alone, for request bodies: only I-JSON (RFC 7493) is accepted, so NaN,
+Infinity, lone surrogates and nesting deeper than 1024 are a client's mistake (400 `invalid_json`),
+never a value that fails later. `raw_decode` finds a JSON value inside text (the standard library's;
+orjson reads whole documents only).
+
+docs/decisions/json.md records why.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
-SMALLEST_PLAIN_FLOAT = 1e-4  # below this the stdlib writes an exponent (1e-05), orjson does not
-_SCALARS = frozenset({str, int, bool, type(None)})
-# An integer of 19 digits or more: it may lie beyond 64 bits (-9223372036854775809 has 19). Not the
-# digits of a fraction or of a mantissa (logprobs in a model's answer have runs that long), which
-# orjson reads as the stdlib does; digits in a string match too, and the stdlib reads those as well.
-_LONG_INTEGER = r"(?<![\d.])\d{19,}(?![\d.eE])"
-_LONG_DIGITS = re.compile(_LONG_INTEGER)
-_LONG_DIGITS_BYTES = re.compile(_LONG_INTEGER.encode())
-# Any run of 19 digits: what the look-arounds are tried on only when there is one (a model's answer
-# without logprobs has none). In bytes, `\d` is an ASCII digit, so the run is looked for in a copy
-# with every digit made "0" and everything else " ", a tenth of the regular expression's cost (the
-# model's answer, every decision).
-_DIGIT_RUN = re.compile(r"\d{19}")
-_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
-_ZEROS_RUN = b"0" * 19
+JSONDecodeError = json.JSONDecodeError  # what `loads` raises for invalid JSON (orjson's is a subclass)
+_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+_DECODER = json.JSONDecoder()
 
 
-def is_plain(value: Any) -> bool:
-    """True when orjson and the stdlib write `value` identically (exact types only, no subclasses)."""
+def dumps_bytes(value: Any, *, default: Callable[[Any], Any] | None = None, pretty: bool = False) -> bytes:
+    """`value` as compact JSON in UTF-8 (`pretty`: indented by two spaces, for people)."""
     try:
-        return _plain(value)
-    except RecursionError:
-        return False
+        return orjson.dumps(value, default=default, option=_OPTIONS | (orjson.OPT_INDENT_2 if pretty else 0))
+    except orjson.JSONEncodeError:
+        return json.dumps(value, default=default, indent=2 if pretty else None, separators=_separators(pretty)).encode()
 
 
-def _plain(value: Any) -> bool:
-    kind = type(value)
-    if kind in _SCALARS:
-        return True
-    if kind is float:
-        return bool(value == 0 or SMALLEST_PLAIN_FLOAT <= abs(value) < float("inf"))
-    # Loops rather than all(<genexpr>), scalars checked inline: this walk runs on every payload encoded.
-    if kind is list or kind is tuple:
-        for item in value:
-            if type(item) not in _SCALARS and not _plain(item):
-                return False
-        return True
-    if kind is dict:
-        for key, item in value.items():
-            if type(key) is not str or (type(item) not in _SCALARS and not _plain(item)):
-                return False
-        return True
-    return False
+def dumps(value: Any, *, default: Callable[[Any], Any] | None = None, pretty: bool = False) -> str:
+    """The same JSON as text."""
+    return dumps_bytes(value, default=default, pretty=pretty).decode()
 
 
-def dumps(value: Any, *, default: Callable[[Any], Any] | None = None, allow_nan: bool = True) -> str:
-    """`json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=default, allow_nan=allow_nan)`."""
-    fast = _orjson(value)
-    if fast is not None:
-        return fast.decode()
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=default, allow_nan=allow_nan)
-
-
-def dumps_bytes(value: Any, *, default: Callable[[Any], Any] | None = None, allow_nan: bool = True) -> bytes:
-    """The same text, UTF-8 encoded (the body of an outbound JSON request, with `allow_nan=False`)."""
-    fast = _orjson(value)
-    if fast is not None:
-        return fast
-    return dumps(value, default=default, allow_nan=allow_nan).encode("utf-8")
-
-
-def _orjson(value: Any) -> bytes | None:
-    if not is_plain(value):
-        return None
+def loads(data: str | bytes, *, strict: bool = False) -> Any:
+    """The value of a JSON document (`strict`: I-JSON only, see the module docstring)."""
     try:
-        return orjson.dumps(value)
-    except orjson.JSONEncodeError:  # an int beyond 64 bits, a lone surrogate: the stdlib decides
-        return None
-
-
-_VALUE_OPTIONS = (
-    orjson.OPT_NON_STR_KEYS
-    | orjson.OPT_SERIALIZE_NUMPY
-    | orjson.OPT_PASSTHROUGH_DATETIME
-    | orjson.OPT_PASSTHROUGH_DATACLASS
-)
-
-
-def dumps_value(value: Any, *, default: Callable[[Any], Any] | None = None) -> str:
-    """Compact JSON that parses back to what `dumps` would give, without its byte-for-byte promise.
-
-    For text only ever read back as JSON (the trace store's JSON columns): orjson writes the whole value
-    (floats below 1e-4 positionally, `0.00001`; NaN and Infinity, which are not JSON, as null), and
-    datetimes and dataclasses still go through `default`, as with the stdlib.
-    """
-    try:
-        return orjson.dumps(value, default=default, option=_VALUE_OPTIONS).decode()
-    except orjson.JSONEncodeError:  # an int beyond 64 bits, a lone surrogate: the stdlib decides
-        return dumps(value, default=default)
-
-
-def loads(data: str | bytes) -> Any:
-    """`json.loads(data)`: the same values and the same errors, read by orjson where it reads the same."""
-    if isinstance(data, bytes):
-        exact = _ZEROS_RUN not in data.translate(_DIGITS_AS_ZEROS) or _LONG_DIGITS_BYTES.search(data) is None
-    else:
-        exact = _DIGIT_RUN.search(data) is None or _LONG_DIGITS.search(data) is None
-    if exact:
-        try:
-            return orjson.loads(data)
-        except orjson.JSONDecodeError:
-            pass
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        if strict:
+            raise
     return json.loads(data)
+
+
+def raw_decode(text: str, index: int = 0) -> tuple[Any, int]:
+    """The JSON value that starts at `text[index]`, and the index just past it; JSONDecodeError if none."""
+    return _DECODER.raw_decode(text, index)
+
+
+def _separators(pretty: bool) -> tuple[str, str]:
+    return (",", ": ") if pretty else (",", ":")

@@ -8,13 +8,14 @@ message naming the file and the field.
 
 from __future__ import annotations
 
-import json
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .json_codec import JSONDecodeError, loads
 
 RUBRIC_FILES = {"outcome": "crafter_outcome_rubric.json", "events": "crafter_events_rubric.json"}
 
@@ -55,10 +56,10 @@ def packaged_rubrics() -> Traversable:
 
 def load_rubric(path: Path | Traversable) -> Rubric:
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise RubricError(f"{path}: rubric file not found") from exc
-    except json.JSONDecodeError as exc:
+    except JSONDecodeError as exc:
         raise RubricError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from exc
     try:
         return Rubric.model_validate(raw)

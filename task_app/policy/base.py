@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..game import Observation
+from ..game import ActionPlan, Observation
 
 if TYPE_CHECKING:
-    from .tokens import TokenData
+    from .sampled_tokens import TokenData
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,9 @@ class LMCall:
     usage: dict[str, Any] = field(default_factory=dict)
     finish_reason: str | None = None
     error: str | None = None
-    tokens: TokenData | None = None  # exact tokens, when the rollout asked for them (policy/tokens.py)
+    tokens: TokenData | None = None  # exact tokens, when the rollout asked for them (policy/sampled_tokens.py)
+    # the parsed `arguments` of each of `assistant_message["tool_calls"]` (parsed once, by the policy)
+    tool_arguments: list[Any] | None = None
 
     @property
     def input_tokens(self) -> int | None:
@@ -79,14 +81,16 @@ class PolicyDecision:
     """A policy's answer for one decision.
 
     `tool_calls` are the calls as the policy (or model) produced them; the game layer normalises
-    them into actions. `usable` is False when the answer had nothing executable (it then plays a
-    `noop`, and `meta["unusable_reason"]` says why).
+    them into actions, unless the policy already did: then `plan` holds its `ActionPlan` and the engine
+    plays it. `usable` is False when the answer had nothing executable (it then plays a `noop`, and
+    `meta["unusable_reason"]` says why).
     """
 
     tool_calls: list[dict[str, Any]]
     meta: dict[str, Any] = field(default_factory=dict)
     usable: bool = True
     lm_call: LMCall | None = None
+    plan: ActionPlan | None = None
 
 
 class Policy(Protocol):

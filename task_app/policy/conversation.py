@@ -21,12 +21,11 @@ the user message, with a line saying how many turns were dropped. `reset()` star
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.json_codec import dumps_bytes
+from ..core.json_codec import dumps, dumps_bytes
 
 DROPPED_NOTE = "({n} earlier turn(s) of this episode were dropped to fit the conversation budget.)"
 
@@ -80,7 +79,7 @@ def assistant_message(message: Mapping[str, Any], turn: int) -> tuple[dict[str, 
                 "type": "function",
                 "function": {
                     "name": str(function.get("name") or ""),
-                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments or {}),
+                    "arguments": arguments if isinstance(arguments, str) else dumps(arguments or {}),
                 },
             }
         )

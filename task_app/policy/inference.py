@@ -38,6 +38,7 @@ from ..core.json_codec import dumps_bytes, loads
 from ..core.outbound import AnswerTooLarge, Outbound, SendFailure, Target, parse_url, post
 from ..core.settings import Settings
 from .base import PolicyError
+from .providers import PROVIDER_CUSTOM, PROVIDER_GROQ, PROVIDER_OPENAI, is_reasoning_model
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +48,6 @@ DEFAULT_PATH = "/v1" + CHAT_PATH
 DEFAULT_MAX_TOKENS = 512  # the contract's default (docs/contract.md)
 # Reasoning models spend completion tokens on hidden reasoning; 512 would often end in an empty answer.
 DEFAULT_REASONING_MAX_TOKENS = 4096
-PROVIDER_OPENAI, PROVIDER_GROQ, PROVIDER_CUSTOM = "openai", "groq", "custom"
-_REASONING_MODEL = re.compile(r"^(gpt-5|o\d)")
 # Extra policy.config keys forwarded verbatim to any server, and the sampling keys only self-hosted
 # (vLLM, SGLang) servers know; anything else a trainer's server needs goes in policy.config.extra_body.
 _PASSTHROUGH = ("seed", "stop", "frequency_penalty", "presence_penalty", "reasoning_effort", "logprobs", "top_logprobs")
@@ -86,8 +85,8 @@ def chat_completions_url(url: str) -> str:
 
     `https://h` → `https://h/v1/chat/completions`; `.../v1` → `.../v1/chat/completions`;
     `.../chat/completions` unchanged; any other path (e.g. this app's `/proxy/groq`) gets
-    `/v1/chat/completions`. Never `/v1/v1` (the seed's defect 47). A path that a caller glued after
-    the query (`https://h?cid=x/v1/chat/completions`) is moved back into the path, as the seed did.
+    `/v1/chat/completions`. Never `/v1/v1` (an old system's defect). A path that a caller glued after
+    the query (`https://h?cid=x/v1/chat/completions`) is moved back into the path, as the old system did.
     """
     parts = urlsplit(url.strip())
     path, query = parts.path, parts.query
@@ -161,7 +160,7 @@ def resolve_target(
     - `inference_url` wins; otherwise `provider` picks settings.openai_base_url / groq_base_url.
     - Key: the caller's `api_key` if given; else the app's vendor key, but only when the URL's host
       *is* that vendor's host (a trainer's own server never receives our OpenAI/Groq key).
-    - A provider route without any key is refused up front (503), never silently rerouted (defect 45).
+    - A provider route without any key is refused up front (503), never silently rerouted (the old system did).
     """
     if inference_url:
         url = chat_completions_url(inference_url)
@@ -184,11 +183,6 @@ def vendor_url(provider: str, settings: Settings) -> str:
 
 
 # --- what to send ----------------------------------------------------------------------------------
-
-
-def is_reasoning_model(model: str) -> bool:
-    """gpt-5* and o-series models: `max_completion_tokens`, no temperature / top_p."""
-    return bool(_REASONING_MODEL.match(model.rsplit("/", 1)[-1].strip().lower()))
 
 
 def chat_params(
@@ -300,7 +294,7 @@ class InferenceClient:
         `deadline` is absolute, in `anyio.current_time()` units; None means only the attempt limit.
         """
         started_at, start = datetime.now(UTC), anyio.current_time()
-        content = dumps_bytes(body, allow_nan=False)  # encoded once for every attempt, as strict JSON (no NaN)
+        content = dumps_bytes(body)  # encoded once for every attempt (NaN is written as null)
         headers = {**target.headers(), "Content-Type": JSON_TYPE}
         url = target.http_url or target.url
         retry = self.backoff.start(deadline)

@@ -3,19 +3,20 @@
     observation + history ─► prompts.build_messages ─► InferenceClient.chat (retries, deadline)
         ─► parse_answer: tool_calls | legacy function_call | text fallback ─► PolicyDecision
 
-Parsing decides only *usability*; the raw calls go to the engine untouched and the game layer's
-`normalise_tool_calls` (docs/contract.md, "The tool") turns them into actions. An answer is usable when that
-normalisation yields at least one real action. When the model wrote text instead of calling the tool
-(the old system then failed the whole rollout), we look for a JSON object with `actions`, a
-JSON tool call (`{"name": ..., "arguments": ...}`, as Hermes-style templates print it), or action
-names on an `actions:` line, and synthesise an `interact_many` call (`meta["parsed_from"] = "text"`).
+Each tool call's `arguments` text is parsed here, once a decision, and the game layer's
+`normalise_tool_calls` (docs/contract.md, "The tool") turns the calls into actions, once: the decision
+carries the parsed calls and their `ActionPlan` to the engine, and the parsed arguments to the trace
+(`LMCall.tool_arguments`). An answer is usable when that normalisation yields at least one real
+action. When the model wrote text instead of calling the tool (the old system then failed the whole
+rollout), we look for a JSON object with `actions`, a JSON tool call (`{"name": ..., "arguments": ...}`,
+as Hermes-style templates print it), or action names on an `actions:` line, and synthesise an
+`interact_many` call (`meta["parsed_from"] = "text"`).
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
-import json
 import logging
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,13 +27,13 @@ import anyio
 
 from ..core import json_codec
 from ..core.settings import Settings
-from ..game import ACTIONS, TOOL_NAME, Observation, normalise_tool_calls
+from ..game import ACTIONS, TOOL_NAME, ActionPlan, Observation, normalise_tool_calls
 from .base import HistoryEntry, LMCall, PolicyDecision, content_text
-from .config import PolicyConfig
 from .conversation import Conversation
 from .inference import RESPONSE_TOO_LARGE, InferenceClient, InferenceTarget, chat_params, resolve_target
+from .policy_config import PolicyConfig
 from .prompts import build_messages, result_text, system_prompt, tool_choice, tool_schema, turn_text
-from .tokens import TokenData, missing, read_tokens, request_fields, unavailable_reason
+from .sampled_tokens import TokenData, missing, read_tokens, request_fields, unavailable_reason
 
 logger = logging.getLogger(__name__)
 
@@ -65,10 +66,33 @@ class ParsedAnswer:
     detail: str | None = None
     finish_reason: str | None = None
     message: dict[str, Any] | None = None
+    plan: ActionPlan | None = None  # what `tool_calls` normalise to (usable answers)
+    arguments: list[Any] | None = None  # the parsed arguments of each of `message["tool_calls"]`
 
 
 def _executable(calls: list[dict[str, Any]], max_actions: int) -> bool:
     return bool(calls) and not normalise_tool_calls(calls, max_actions).fallback_noop
+
+
+def _with_parsed_arguments(call: Any) -> tuple[Any, Any]:
+    """(the call, its arguments parsed from their JSON text): an object replaces the text in the call, so
+    nothing parses it again; text that is not a JSON object stays (the normalisation reports it)."""
+    if not isinstance(call, Mapping):
+        return call, None
+    function = call.get("function")
+    holder: Mapping[str, Any] = function if isinstance(function, Mapping) else call
+    raw = holder.get("arguments")
+    if not isinstance(raw, str):
+        return dict(call), raw
+    try:
+        parsed = json_codec.loads(raw)
+    except (ValueError, RecursionError):
+        return dict(call), None
+    if not isinstance(parsed, Mapping):
+        return dict(call), parsed
+    if holder is call:
+        return {**call, "arguments": parsed}, parsed
+    return {**call, "function": {**holder, "arguments": parsed}}, parsed
 
 
 def _interact_many(actions: list[Any], max_actions: int) -> dict[str, Any]:
@@ -83,10 +107,9 @@ def _json_values(text: str) -> Iterator[Any]:
     """Every JSON value worth a look: tagged / fenced blocks, the whole text, each embedded object.
 
     Bounded: at most `_MAX_JSON_STARTS` embedded starts are tried, and deeply nested junk
-    (RecursionError in the json module) counts as not JSON.
+    (RecursionError in the decoder) counts as not JSON.
     """
     blocks = [*_TOOL_CALL_TAG.findall(text), *_FENCED.findall(text), text]
-    decoder = json.JSONDecoder()
     for block in blocks:
         stripped = block.strip()
         try:
@@ -96,7 +119,7 @@ def _json_values(text: str) -> Iterator[Any]:
             pass
         for match in itertools.islice(re.finditer(r"[{\[]", stripped), _MAX_JSON_STARTS):
             try:
-                value, _ = decoder.raw_decode(stripped, match.start())
+                value, _ = json_codec.raw_decode(stripped, match.start())
             except (ValueError, RecursionError):
                 continue
             yield value
@@ -156,8 +179,8 @@ def calls_from_text(text: str, max_actions: int) -> list[dict[str, Any]]:
     return [_interact_many(names, max_actions)] if names else []
 
 
-def _first_rejection(calls: list[dict[str, Any]], max_actions: int) -> str:
-    rejected = normalise_tool_calls(calls, max_actions).rejected
+def _first_rejection(plan: ActionPlan) -> str:
+    rejected = plan.rejected
     return f"{rejected[0].item}: {rejected[0].reason}" if rejected else "no actions"
 
 
@@ -175,25 +198,32 @@ def parse_answer(body: Mapping[str, Any], max_actions: int) -> ParsedAnswer:
         )
     message = dict(message)
     raw_calls = message.get("tool_calls")
-    calls: list[dict[str, Any]] = (
-        [dict(call) for call in raw_calls if isinstance(call, Mapping)] if isinstance(raw_calls, list) else []
-    )
+    parsed = [_with_parsed_arguments(call) for call in (raw_calls if isinstance(raw_calls, list) else [])]
+    arguments = [value for _, value in parsed]
+    calls: list[dict[str, Any]] = [call for call, _ in parsed if isinstance(call, dict)]
     source = "tool_calls"
     if not calls and isinstance(message.get("function_call"), Mapping):
-        calls, source = [{"type": "function", "function": dict(message["function_call"])}], "function_call"
-    if _executable(calls, max_actions):
-        return ParsedAnswer(calls, True, source, finish_reason=finish, message=message)
+        legacy, _ = _with_parsed_arguments({"type": "function", "function": message["function_call"]})
+        calls, source = [legacy], "function_call"
+    plan = normalise_tool_calls(calls, max_actions) if calls else None
+    if plan is not None and not plan.fallback_noop:
+        return ParsedAnswer(calls, True, source, finish_reason=finish, message=message, plan=plan, arguments=arguments)
     text = content_text(message.get("content"))
     synthesised = calls_from_text(text, max_actions)
-    if _executable(synthesised, max_actions):
-        return ParsedAnswer(synthesised, True, "text", finish_reason=finish, message=message)
-    if calls:
-        reason, detail = "invalid_tool_calls", _first_rejection(calls, max_actions)
+    found = normalise_tool_calls(synthesised, max_actions) if synthesised else None
+    if found is not None and not found.fallback_noop:
+        return ParsedAnswer(
+            synthesised, True, "text", finish_reason=finish, message=message, plan=found, arguments=arguments
+        )
+    if plan is not None:
+        reason, detail = "invalid_tool_calls", _first_rejection(plan)
     elif text.strip():
         reason, detail = "no_actions_in_text", "the answer has no tool call and names no action"
     else:
         reason, detail = "empty_answer", "the answer has neither a tool call nor text"
-    return ParsedAnswer(unusable_reason=reason, detail=detail, finish_reason=finish, message=message)
+    return ParsedAnswer(
+        unusable_reason=reason, detail=detail, finish_reason=finish, message=message, arguments=arguments
+    )
 
 
 # --- the policy ------------------------------------------------------------------------------------
@@ -380,8 +410,11 @@ class ReactPolicy:
             finish_reason=parsed.finish_reason,
             error=None if parsed.usable else parsed.unusable_reason,
             tokens=self._tokens(body, result.body, parsed),
+            tool_arguments=parsed.arguments,
         )
-        return PolicyDecision(tool_calls=parsed.tool_calls, meta=meta, usable=parsed.usable, lm_call=lm_call)
+        return PolicyDecision(
+            tool_calls=parsed.tool_calls, meta=meta, usable=parsed.usable, lm_call=lm_call, plan=parsed.plan
+        )
 
     async def aclose(self) -> None:
         """Nothing to release: the HTTP client belongs to the app."""

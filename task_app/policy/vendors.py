@@ -28,7 +28,8 @@ from ..core.errors import InvalidRequest
 from ..core.json_codec import dumps, loads
 from ..game import TOOL_NAME, normalise_tool_calls
 from .base import content_text
-from .inference import PROVIDER_GROQ, PROVIDER_OPENAI, chat_params
+from .inference import chat_params
+from .providers import PROVIDER_GROQ, PROVIDER_OPENAI
 from .react import calls_from_text
 
 VENDORS = (PROVIDER_OPENAI, PROVIDER_GROQ)

@@ -8,13 +8,13 @@
              ──► RolloutResult (partial when a limit stopped it)
 
 Nothing here knows about HTTP. A decision's step without a frame (the text observation only) runs
-on the event loop: it is a fraction of a millisecond of Python that holds the GIL wherever it runs,
-and handing it to a worker thread and back cost about as much CPU again (two thread wake-ups, the GIL
-passed back and forth; docs/architecture.md, "Where a step runs"). A wave of decisions takes turns
-(`pace`, core.pacing), so that one loop iteration does not run them all. What can take milliseconds
-goes through `offload`: building or generating the world (the compiled generator releases the GIL), a
-step that renders a frame for a vision policy, and the rubric scores and response encoding of a long
-rollout (SHORT_ROLLOUT).
+on the event loop: it is Python that holds the GIL wherever it runs, and handing it to a worker
+thread and back costs more CPU than the step (two thread wake-ups, the GIL passed back and forth;
+docs/performance.md has the figures). A wave of decisions takes turns (`pace`, core.pacing), so that
+one loop iteration does not run them all. What can take milliseconds goes through `offload`:
+building or generating the world (the compiled generator releases the GIL), a step that renders a
+frame for a vision policy, and the rubric scores and response encoding of a long rollout
+(SHORT_ROLLOUT).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from typing import Any
 
 import anyio
 
-from ..core.clock import loop_time
 from ..core.offload import Offload, run_in_thread
 from ..core.rubrics import Rubric
 from ..game import Game, Observation, WorldFactory, normalise_tool_calls
@@ -38,15 +37,15 @@ from ..policy.base import HistoryEntry, Policy, PolicyDecision, PolicyError
 from .control import RunControl
 from .plan import AGENT, RolloutPlan
 from .result import DecisionRecord, EpisodeSummary, RolloutResult, StopReason
-from .rewards import StepRewardShaper
 from .rubric_scores import score_rollout
+from .step_rewards import StepRewardShaper
 
 logger = logging.getLogger(__name__)
 
 # A rollout of at most this many decisions ends on the event loop: its rubric scores here and its
-# response's encoding in the service (a few milliseconds at this length). Handed to a worker thread,
-# each cost a round trip through the loop too, and at a thousand rollouts in flight the ends queued
-# behind one another for the two threads, for up to half a second each.
+# response's encoding in the service take microseconds a decision. Handed to a worker thread, each
+# cost a round trip through the loop too, and at a thousand rollouts in flight the ends queued behind
+# one another for the two threads (docs/performance.md).
 SHORT_ROLLOUT = 100
 
 
@@ -144,7 +143,7 @@ class RolloutEngine:
             raise _Stop(StopReason.EPISODE_DONE)
         if self.result.ops_executed >= self.plan.max_ops:
             raise _Stop(StopReason.MAX_OPS)
-        if self._deadline is not None and loop_time() >= self._deadline:
+        if self._deadline is not None and anyio.current_time() >= self._deadline:
             raise _Stop(StopReason.DEADLINE)
 
     # --- ops ------------------------------------------------------------------------------------
@@ -202,6 +201,8 @@ class RolloutEngine:
             raise RuntimeError("env op before the world exists")
         if decision is None:
             plan = plan_from_names([NOOP], self.plan.max_actions)
+        elif decision.plan is not None and len(decision.plan.actions) <= self.plan.max_actions:
+            plan = decision.plan  # the policy normalised its calls already
         else:
             plan = normalise_tool_calls(decision.tool_calls, self.plan.max_actions)
         started_at, start = datetime.now(UTC), perf_counter()

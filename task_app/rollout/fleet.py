@@ -39,9 +39,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-
 from ..core.errors import Conflict
+from ..core.json_codec import dumps_bytes, loads
 from ..core.settings import Settings
 from ..store import StateStore
 from .control import RunStatus
@@ -78,11 +77,11 @@ def _parts(run_id: str, attempt: int, name: str, count: int) -> list[str]:
 
 
 def _dumps(value: Any) -> bytes:
-    return orjson.dumps(value)
+    return dumps_bytes(value)
 
 
 def _loads(raw: bytes | None) -> Any:
-    return None if raw is None else orjson.loads(raw)
+    return None if raw is None else loads(raw)
 
 
 def iso(moment: float | None) -> str | None:

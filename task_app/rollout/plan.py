@@ -20,9 +20,10 @@ from ..core.settings import Settings
 from ..core.tasks import TRAIN, Tasks, check_area
 from ..game.bounds import MAX_AREA_SIDE, MAX_EPISODE_LENGTH, MIN_AREA_SIDE, valid_area
 from ..game.compact_text import TextFormat
-from ..policy.config import PolicyConfig
-from ..policy.inference import PROVIDER_CUSTOM, chat_completions_url, provider_of, vendor_url
-from .rewards import StepRewardConfig
+from ..policy.inference import chat_completions_url, provider_of, vendor_url
+from ..policy.policy_config import PolicyConfig
+from ..policy.providers import PROVIDER_CUSTOM
+from .step_rewards import StepRewardConfig
 
 logger = logging.getLogger(__name__)
 
@@ -114,7 +115,7 @@ def apply_math_alias(request: RolloutRequest) -> tuple[RolloutRequest, bool]:
         "step_rewards": shaping,
     }
     policy_config.update(request.policy.config)
-    ops = request.ops if len(request.ops) >= 20 else [AGENT, ENV] * 10  # seed's rule
+    ops = request.ops if len(request.ops) >= 20 else [AGENT, ENV] * 10  # the old system's rule
     remapped = request.model_copy(
         update={
             "env": request.env.model_copy(update={"env_name": "crafter", "env_id": None, "config": env_config}),
@@ -342,7 +343,7 @@ def build_plan(request: RolloutRequest, settings: Settings) -> RolloutPlan:
 
     if not request.ops:
         raise InvalidRequest("ops must not be empty", code="empty_ops")
-    # Any length the body limit admits (the seed's trainers send up to safety.max_ops, 100000): ops
+    # Any length the body limit admits (the old system's trainers send up to safety.max_ops, 100000): ops
     # beyond 2 x cap are dropped, and safety.max_ops stops the rollout once that many have run.
     kept = normalise_ops(request.ops, 2 * cap)
     step_rewards_raw = policy.step_rewards or env_config.step_rewards or {}

@@ -16,11 +16,11 @@ import orjson
 
 from ..game import ActionPlan, DecisionOutcome
 from ..policy.base import PolicyDecision
-from ..policy.tokens import TokenData
+from ..policy.sampled_tokens import TokenData
 from .failures import ErrorClass, failure, policy_failure, storage_failure
 from .plan import RolloutPlan
-from .rewards import StepwiseResult
-from .rubric_scores import RolloutScores
+from .scores import RolloutScores
+from .step_rewards import StepwiseResult
 
 
 def encode_json(value: Any) -> bytes:
@@ -128,7 +128,7 @@ class DecisionRecord:
 
     def step(self, inference_url: str | None = None, *, tokens: bool = False) -> dict[str, Any]:
         """The trajectory step; with `tokens`, the step's `logprob` (the completion's summed logprobs) and
-        `info.tokens` (policy/tokens.py; null for a decision without a model call)."""
+        `info.tokens` (policy/sampled_tokens.py; null for a decision without a model call)."""
         info = self.step_info(inference_url)
         step: dict[str, Any] = {
             "obs": {"text": self.obs_text},

@@ -19,20 +19,20 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from math import fsum
 from statistics import fmean
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import crafter.constants
 
 from ..core.rubrics import Rubric
 from ..game import ACHIEVEMENTS
+from .scores import EVENTS, OUTCOME, EpisodeScores, RolloutScores, RubricScore
 
 if TYPE_CHECKING:
     from .result import DecisionRecord, EpisodeSummary, RolloutResult
 
-OUTCOME, EVENTS = "outcome", "events"
 VITALS = ("health", "food", "drink", "energy")
 VITAL_MAX = 9
 # achievement_progression: tiers along the tech tree (the rubric: basic collection and placement
@@ -227,25 +227,6 @@ EVENT_CRITERIA: dict[str, Callable[[DecisionRecord], float]] = {
 # --- scores ---------------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class RubricScore:
-    """One rubric over one episode (or a rollout: the mean over its episodes)."""
-
-    score: float | None
-    criteria: dict[str, float]
-    unscored: list[str] = field(default_factory=list)
-
-    def as_dict(self, version: str) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "version": version,
-            "score": None if self.score is None else round(self.score, 6),
-            "criteria": {name: round(value, 6) for name, value in self.criteria.items()},
-        }
-        if self.unscored:
-            body["unscored"] = self.unscored
-        return body
-
-
 def aggregate(rubric: Rubric, values: Mapping[str, float]) -> RubricScore:
     """The rubric's score from the values of the criteria this module defines."""
     scored = [criterion for criterion in rubric.criteria if criterion.id in values]
@@ -274,30 +255,6 @@ def event_values(records: Sequence[DecisionRecord]) -> dict[str, float]:
         name: fsum([criterion(record) for record in records]) / len(records)
         for name, criterion in EVENT_CRITERIA.items()
     }
-
-
-@dataclass(slots=True)
-class EpisodeScores:
-    index: int
-    ending: dict[str, str]
-    outcome: RubricScore
-    events: RubricScore
-
-
-@dataclass(slots=True)
-class RolloutScores:
-    """Both rubrics over a rollout: the means over its scored episodes, and each episode's own."""
-
-    outcome: RubricScore
-    events: RubricScore
-    episodes: list[EpisodeScores]
-    versions: dict[str, str]
-
-    def details(self) -> dict[str, Any]:
-        return {
-            OUTCOME: self.outcome.as_dict(self.versions[OUTCOME]),
-            EVENTS: self.events.as_dict(self.versions[EVENTS]),
-        }
 
 
 def _mean_score(scores: Sequence[RubricScore], rubric: Rubric) -> RubricScore:

@@ -4,7 +4,9 @@
                 taskapp_decisions_total, taskapp_unusable_answers_total,
                 taskapp_rollout_errors_total{class} (metrics.details.error.class: model_unreachable, ...),
                 taskapp_callbacks_total{outcome}
-    histograms  taskapp_model_call_seconds (every answered model call), taskapp_rollout_seconds
+    histograms  taskapp_model_call_seconds (every answered model call), taskapp_rollout_seconds,
+                taskapp_event_loop_lag_seconds (web/loop_lag.py registers it when TASKAPP_LOOP_LAG_PROBE_S
+                is set)
     read when scraped, from the parts that keep them:
                 taskapp_rollouts_in_flight, taskapp_rollouts_queued, taskapp_env_sessions_live,
                 taskapp_openenv_websockets (gauges); taskapp_world_cache_hits_total,

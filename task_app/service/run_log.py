@@ -16,8 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import orjson
-
+from ..core.json_codec import dumps
 from ..rollout.control import RunStatus
 from ..rollout.result import RolloutResult
 
@@ -56,7 +55,7 @@ def rollout_record(result: RolloutResult, status: RunStatus, attempt: int, insta
 
 def log_rollout(result: RolloutResult, status: RunStatus, attempt: int, instance: str) -> None:
     """Called only with the setting on (the line goes to the handler `rollout_lines` installed)."""
-    logger.info(orjson.dumps(rollout_record(result, status, attempt, instance)).decode())
+    logger.info(dumps(rollout_record(result, status, attempt, instance)))
 
 
 @contextmanager

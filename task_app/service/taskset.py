@@ -10,6 +10,7 @@ from ..core.lru import LruMap
 from ..core.rubrics import Rubric
 from ..core.settings import Settings
 from ..core.tasks import Task, Tasks
+from ..core.version import app_version
 from ..game import ACTIONS, TOOL_NAME, WorldFactory, WorldTraits, world_traits
 
 TASK = {"id": "crafter_classic", "name": "Crafter Classic", "description": None, "version": "1.0.0"}
@@ -97,7 +98,7 @@ class Taskset:
 
     def info(self) -> dict[str, Any]:
         return {
-            "service": {"task": dict(TASK), "version": "1.0.0"},
+            "service": {"task": dict(TASK), "version": app_version()},
             "dataset": self.dataset(),
             "rubrics": {kind: rubric.model_dump() for kind, rubric in self.rubrics.items()},
             "inference": self.inference(),

@@ -61,7 +61,7 @@ def dumps(value: Any) -> str:
 
 def dumps_value(value: Any) -> str:
     """JSON for columns that are only read back as JSON: `dumps`' values at orjson's speed."""
-    return json_codec.dumps_value(value, default=_json_default)
+    return json_codec.dumps(value, default=_json_default)
 
 
 def _json_default(value: Any) -> Any:
@@ -191,8 +191,9 @@ def _openai_part(part: Mapping[str, Any]) -> dict[str, Any]:
 # --- the call record ------------------------------------------------------------------------------
 
 
-def tool_call_specs(tool_calls: Any) -> list[dict[str, Any]]:
-    """OpenAI `tool_calls` as `ToolCallSpec` dicts."""
+def tool_call_specs(tool_calls: Any, parsed_arguments: list[Any] | None = None) -> list[dict[str, Any]]:
+    """OpenAI `tool_calls` as `ToolCallSpec` dicts; `parsed_arguments`: each call's arguments as the
+    policy parsed them (`LMCall.tool_arguments`), else they are parsed here."""
     specs = []
     for index, call in enumerate(tool_calls if isinstance(tool_calls, list) else []):
         if not isinstance(call, Mapping):
@@ -200,7 +201,9 @@ def tool_call_specs(tool_calls: Any) -> list[dict[str, Any]]:
         function: Mapping[str, Any] = call["function"] if isinstance(call.get("function"), Mapping) else call
         arguments = function.get("arguments")
         parsed: Any = arguments
-        if isinstance(arguments, str):
+        if parsed_arguments is not None and index < len(parsed_arguments):
+            parsed = parsed_arguments[index]
+        elif isinstance(arguments, str):
             try:
                 parsed = json_codec.loads(arguments)
             except ValueError:
@@ -314,7 +317,7 @@ def call_record(
         "output_messages": output_messages,
         "outputs": [],
         "output_text": content_text(assistant.get("content")) or None,
-        "output_tool_calls": tool_call_specs(assistant.get("tool_calls")),
+        "output_tool_calls": tool_call_specs(assistant.get("tool_calls"), call.tool_arguments),
         "usage": _usage(call),
         "finish_reason": call.finish_reason,
         "choice_index": 0 if call.assistant_message else None,

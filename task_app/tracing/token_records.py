@@ -9,7 +9,7 @@
 
 Only calls of rollouts recorded with exact tokens (`record.logprobs` / `policy.config.logprobs`) have
 them; others are skipped. The token fields are the stored `token_traces[0]` of the call record, exactly
-as the server sent them (policy/tokens.py); `model` is the model the request named, `server_model` the
+as the server sent them (policy/sampled_tokens.py); `model` is the model the request named, `server_model` the
 one the server reported. A decision's `prompt_token_ids` already hold the whole conversation it was
 sent (with `history: "messages"`, every earlier turn), so one record is one training sample.
 """

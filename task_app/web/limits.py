@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import orjson
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..core.errors import error_body
+from ..core.json_codec import dumps_bytes
 
 # Before refusing, read and drop what the client is still sending, up to this much: answering and
 # closing while request bytes sit unread makes the kernel reset the connection, and the client then
@@ -41,7 +41,7 @@ class BodySizeLimit:
             if int(declared) <= DRAIN_LIMIT_BYTES:
                 await self._drain(receive, 0)
             message = self._message()
-            body = orjson.dumps(error_body("payload_too_large", message))
+            body = dumps_bytes(error_body("payload_too_large", message))
             await send(
                 {
                     "type": "http.response.start",

@@ -5,19 +5,22 @@ blocks shows up as that much lag, and every request in flight waits that long to
 `TASKAPP_LOOP_LAG_PROBE_S` (the interval; 0 = off); `/health` then reports it under `event_loop`.
 
 Two views, both bounded:
-- `recent`: p50 / p99 / max over the last `RECENT_SAMPLES` samples;
-- `buckets_ms`: cumulative counts per upper bound since start, like a Prometheus histogram, so a
-  reader that polls twice can compute the lag distribution of exactly the window in between.
+- `recent`: p50 / p99 / max over the last `RECENT_SAMPLES` samples (the last ~10 s at 10 ms);
+- the histogram `taskapp_event_loop_lag_seconds` (prometheus-client, in the app's registry, so on
+  `/metrics`), which `/health` also reports as `buckets_ms`, cumulative counts per upper bound since
+  start: a reader that polls twice can compute the lag distribution of exactly the window in between.
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import logging
+import math
 from collections import deque
 from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram
 
 from ..core.stats import percentile
 
@@ -31,10 +34,16 @@ BUCKETS_MS: tuple[float, ...] = (0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 50, 75, 1
 class LoopLagProbe:
     """A task that sleeps `interval_s` in a loop and records how late each wake-up was."""
 
-    def __init__(self, interval_s: float) -> None:
+    def __init__(self, interval_s: float, registry: CollectorRegistry | None = None) -> None:
+        """`registry`: where the histogram goes (the app's, for /metrics; None: a registry of its own)."""
         self.interval_s = interval_s
+        self.histogram = Histogram(
+            "taskapp_event_loop_lag_seconds",
+            "how late the event loop woke a task that slept (TASKAPP_LOOP_LAG_PROBE_S)",
+            buckets=[bound / 1000 for bound in BUCKETS_MS],
+            registry=registry if registry is not None else CollectorRegistry(),
+        )
         self._recent: deque[float] = deque(maxlen=RECENT_SAMPLES)  # milliseconds
-        self._counts = [0] * (len(BUCKETS_MS) + 1)
         self._samples = 0
         self._max_ms = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -42,7 +51,7 @@ class LoopLagProbe:
     def record(self, lag_ms: float) -> None:
         lag_ms = max(0.0, lag_ms)
         self._recent.append(lag_ms)
-        self._counts[bisect.bisect_left(BUCKETS_MS, lag_ms)] += 1
+        self.histogram.observe(lag_ms / 1000)
         self._samples += 1
         self._max_ms = max(self._max_ms, lag_ms)
 
@@ -66,10 +75,11 @@ class LoopLagProbe:
 
     def snapshot(self) -> dict[str, Any]:
         recent = sorted(self._recent)
-        cumulative, buckets = 0, {}
-        for bound, count in zip((*BUCKETS_MS, float("inf")), self._counts, strict=True):
-            cumulative += count
-            buckets["+Inf" if bound == float("inf") else f"{bound:g}"] = cumulative
+        buckets = {}
+        for sample in next(iter(self.histogram.collect())).samples:
+            if sample.name.endswith("_bucket"):
+                bound = float(sample.labels["le"])
+                buckets["+Inf" if math.isinf(bound) else f"{bound * 1000:g}"] = int(sample.value)
         return {
             "interval_ms": round(self.interval_s * 1000, 3),
             "samples": self._samples,

@@ -17,6 +17,7 @@ from ..core.offload import limited_offload
 from ..core.outbound import open_session
 from ..core.rubrics import load_rubrics
 from ..core.settings import Settings
+from ..core.version import app_version
 from ..game import WorldFactory, warm_up
 from ..rollout.fleet import FleetRuns, RunLimits, new_instance
 from ..rollout.registry import RunRegistry
@@ -89,15 +90,13 @@ async def _serving(app: FastAPI, settings: Settings, tasks: TaskCount) -> AsyncI
     worlds = WorldFactory(cache_size=settings.world_cache_size)
     if settings.warm_up:
         await offload(functools.partial(warm_up, worlds))
-    loop_lag = LoopLagProbe(settings.loop_lag_probe_s) if settings.loop_lag_probe_s > 0 else None
     async with (
         open_session(settings.outbound_max_connections, rollout_cap=settings.max_concurrent_rollouts) as http,
         open_sessions(settings, worlds, offload) as sessions,
     ):
         recorder = TraceRecorder(settings, offload)
         await recorder.start()
-        if loop_lag is not None:
-            loop_lag.start()
+        loop_lag: LoopLagProbe | None = None
         try:
             fleet = FleetRuns(sessions.store, new_instance(), RunLimits.from_settings(settings))
             registry = RunRegistry(
@@ -108,6 +107,9 @@ async def _serving(app: FastAPI, settings: Settings, tasks: TaskCount) -> AsyncI
                 keep_bytes=settings.runs_result_bytes,
             )
             metrics = Metrics(Sources(fleet.instance, registry, worlds, recorder, sessions))
+            if settings.loop_lag_probe_s > 0:
+                loop_lag = LoopLagProbe(settings.loop_lag_probe_s, metrics.registry)
+                loop_lag.start()
             policies = PolicyFactoryBuilder(settings, http)
             service = RolloutService(settings, worlds, registry, policies.build, recorder, offload, metrics, rubrics)
             submissions = Submissions(service, Callbacks(http, settings), metrics, app.state.handover)
@@ -146,7 +148,7 @@ def create_app(settings: Settings, handover: Handover | None = None) -> FastAPI:
     None to run them in this process."""
     app = FastAPI(
         title="Crafter task app",
-        version="1.0.0",
+        version=app_version(),
         lifespan=_lifespan,
         default_response_class=JSONBytes,
         docs_url=None,

@@ -11,22 +11,11 @@ store, env sessions, settings and key, caps, metrics), so both doors see one pro
 from __future__ import annotations
 
 from fastapi import FastAPI
-from starlette.requests import HTTPConnection
 
-from ...core.errors import StoreUnavailable
 from ..handlers import install_error_handlers
 from ..limits import BodySizeLimit
 from ..responses import JSONBytes
-from ..state import AppState
 from .routes import router
-
-
-def main_state(connection: HTTPConnection) -> AppState:
-    """The main app's shared objects; 503 while its lifespan has not made them yet."""
-    state: AppState | None = getattr(connection.app.state.main.state, "task_app", None)
-    if state is None:
-        raise StoreUnavailable("the task app is starting; retry in a moment", code="starting")
-    return state
 
 
 def create_ors_app(main: FastAPI) -> FastAPI:

@@ -28,7 +28,7 @@ from fastapi import APIRouter, Depends, Header, Path, Request
 from fastapi.responses import StreamingResponse
 
 from ...core import json_codec
-from ...core.errors import BadRequest, Gone, InvalidRequest, NotFound
+from ...core.errors import BadRequest, Gone, InvalidRequest, NotFound, StoreUnavailable
 from ...core.tasks import ENV_NAME, Task, Tasks
 from ...game import TOOL_NAME
 from ...policy.prompts import system_prompt, turn_text
@@ -49,9 +49,11 @@ TOOL = TOOLS[TOOL_NAME]  # the one tool ORS offers: an episode is played, never 
 
 
 def _state(request: Request) -> AppState:
-    from .app import main_state  # the app module imports this one
-
-    return main_state(request)
+    """The main app's shared objects (the ORS app's `state.main`); 503 while its lifespan has not made them yet."""
+    state: AppState | None = getattr(request.app.state.main.state, "task_app", None)
+    if state is None:
+        raise StoreUnavailable("the task app is starting; retry in a moment", code="starting")
+    return state
 
 
 async def _authorised(request: Request) -> AppState:

@@ -29,7 +29,7 @@ from starlette.requests import HTTPConnection
 
 from ...core.env_contracts import OkResponse, RevokeRequest, TokenRequest, TokenResponse
 from ...core.errors import BadRequest, Gone, InvalidRequest, NotFound, TaskAppError, Unauthorized
-from ...core.json_codec import dumps, loads
+from ...core.json_codec import JSONDecodeError, dumps, loads
 from ...core.tasks import ENV_NAME
 from ...sessions import build_spec
 from ...sessions.openenv import (
@@ -145,8 +145,8 @@ async def _json(request: Request, *, optional: bool = False) -> Any:
     if optional and not raw.strip():
         return {}
     try:
-        return loads(raw)
-    except ValueError as exc:
+        return loads(raw, strict=True)
+    except JSONDecodeError as exc:
         raise BadRequest("the request body is not valid JSON", code="invalid_json") from exc
 
 

@@ -46,7 +46,8 @@ from ...core.errors import (
 from ...core.json_codec import dumps_bytes, loads
 from ...core.outbound import AnswerTooLarge, SendFailure, Stream, open_stream, post
 from ...core.settings import Settings
-from ...policy.inference import PROVIDER_GROQ, PROVIDER_OPENAI, InferenceTarget, resolve_target
+from ...policy.inference import InferenceTarget, resolve_target
+from ...policy.providers import PROVIDER_GROQ, PROVIDER_OPENAI
 from ...policy.vendors import (
     offers_tool_call,
     sanitised_error_body,
@@ -155,7 +156,7 @@ async def _send(
         answer = await post(
             state.http,
             target.http_url or target.url,
-            dumps_bytes(body, allow_nan=False),
+            dumps_bytes(body),
             headers,
             max_bytes=settings.inference_max_response_bytes,
             **_limits(settings),
@@ -190,7 +191,7 @@ async def _stream(vendor: str, target: InferenceTarget, body: dict[str, Any], st
     started = anyio.current_time()
     try:
         upstream = await open_stream(
-            state.http, target.http_url or target.url, dumps_bytes(body, allow_nan=False), headers, **_limits(settings)
+            state.http, target.http_url or target.url, dumps_bytes(body), headers, **_limits(settings)
         )
     except SendFailure as exc:
         raise _send_failure(vendor, exc) from exc

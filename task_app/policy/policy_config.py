@@ -38,7 +38,7 @@ class PolicyConfig(BaseModel):
     trace_correlation_id: str | None = None
     trace: str | None = None
     step_rewards: dict[str, Any] | None = None
-    # exact tokens (policy/tokens.py); `record.logprobs: true` sets it too
+    # exact tokens (policy/sampled_tokens.py); `record.logprobs: true` sets it too
     logprobs: bool = False
     # merged verbatim into every request to the trainer's own server, last (docs/training-data.md)
     extra_body: dict[str, Any] | None = None

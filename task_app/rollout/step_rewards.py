@@ -4,8 +4,8 @@ Shaping is metadata: it never changes a step's `reward` or the episode returns. 
 the old system:
 - `k_limits` count unlocks (each increment of an achievement's counter), so a limit of 3 credits an
   achievement up to three times per episode;
-- `indicator_lambda: 0` means 0 (the seed read it as 1.0); absent means 1.0;
-- `step_beta` is a constant cost subtracted from every decision's shaped reward (the seed ignored it);
+- `indicator_lambda: 0` means 0 (the old system read it as 1.0); absent means 1.0;
+- `step_beta` is a constant cost subtracted from every decision's shaped reward (the old system ignored it);
 - resource shaping ignores the vitals (health, food, drink, energy), which regenerate on their own;
   eating and drinking are credited through their achievement counters instead;
 - the per-episode baselines reset when the episode resets.

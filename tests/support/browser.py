@@ -33,7 +33,7 @@ CHROMIUM_NAMES = ("chromium", "chromium-browser")
 DRIVER_NAMES = ("chromedriver",)
 WINDOW = (1400, 1000)
 MAX_SCREENSHOT_HEIGHT = 2400
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parent.parent.parent / "docs"
 CHROMIUM_FLAGS = (
     "--headless=new",
     "--no-sandbox",

@@ -19,8 +19,8 @@ vLLM's `return_token_ids` / `return_tokens_as_token_ids`, SGLang's `return_promp
 cuts the prompt (the JSON of the messages) and the completion into 4-character pieces. Every answer
 a `chat` behaviour sends is kept in `model.answers`.
 
-Fixtures for conftest.py: `fake_model_server` (one server per session) and `fake_model` (the same
-server, reset for each test).
+conftest.py's fixtures: `fake_model_server` (one server per session) and `fake_model` (the same server,
+reset for each test).
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
-import pytest
 import uvicorn
 from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
@@ -537,18 +536,3 @@ class _ThreadServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:  # uvicorn >= 0.29
         yield
-
-
-@pytest.fixture(scope="session")
-def fake_model_server() -> Iterator[FakeModel]:
-    """One fake model server for the whole session."""
-    with FakeModel() as server:
-        yield server
-
-
-@pytest.fixture
-def fake_model(fake_model_server: FakeModel) -> Iterator[FakeModel]:
-    """The session's fake model server with an empty script and no recorded requests."""
-    fake_model_server.reset()
-    yield fake_model_server
-    fake_model_server.reset()

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .inference import PROVIDER_GROQ, PROVIDER_OPENAI, is_reasoning_model
+from .providers import PROVIDER_GROQ, PROVIDER_OPENAI, is_reasoning_model
 
 MAX_TOKEN_IDS = 1 << 20  # a list longer than this (~1M tokens) is not an answer we keep
 _EXCERPT_CHARS = 40  # how much of a bad value a reason quotes
