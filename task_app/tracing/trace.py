@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ..policy.base import content_text
 from .calls import call_record, dumps, iso, strip_images
 from .compact import SYSTEM, system_body
-from .rewards import decision_rewards, event_rewards, outcome_reward
+from .reward_rows import decision_rewards, event_rewards, outcome_reward
 
 if TYPE_CHECKING:
     from ..policy.base import LMCall
