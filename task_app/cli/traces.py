@@ -9,8 +9,8 @@ read-only: the CLI never creates, migrates or writes a database, so it is safe t
 a live server is writing.
 
 Export formats, one line per LLM call:
-- `jsonl`: the seed's SFT record (seed-behaviour §6.6, `sft_records_from_trace`), every answered call;
-  consumers filter on `metadata.usable` / `metadata.reward`.
+- `jsonl`: the old system's SFT record (docs/compatibility.md, "SFT records"; `sft_records_from_trace`),
+  every answered call; consumers filter on `metadata.usable` / `metadata.reward`.
 - `openai-sft`: an OpenAI chat fine-tuning example `{"messages": [system, user, assistant + tool_calls],
   "tools": [interact_many], "parallel_tool_calls": false}`, only for usable answers that called
   `interact_many` with a JSON `actions` list. The store keeps image references, not image data, so image
@@ -25,7 +25,6 @@ Exit codes: 0 done, 1 run not found, 2 bad arguments or a missing / unreadable d
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -43,6 +42,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..core.json_codec import dumps, loads
 from ..game import TOOL_NAME
 from ..policy.prompts import tool_schema
 from ..tracing import sft_records_from_trace, write_jsonl_atomic
@@ -138,7 +138,7 @@ def _out(text: str) -> None:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    return dumps(value, default=str)
 
 
 # --- list ------------------------------------------------------------------------------------------
@@ -355,7 +355,7 @@ def _wire_tool_call(call: Mapping[str, Any], index: int) -> dict[str, Any]:
         "type": "function",
         "function": {
             "name": str(function.get("name") or call.get("tool_name") or ""),
-            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments or {}),
+            "arguments": arguments if isinstance(arguments, str) else dumps(arguments or {}),
         },
     }
 
@@ -367,7 +367,7 @@ def _interact_many_calls(tool_calls: Any) -> list[dict[str, Any]] | None:
     calls = [_wire_tool_call(call, index) for index, call in enumerate(tool_calls) if isinstance(call, Mapping)]
     for call in calls:
         try:
-            arguments = json.loads(call["function"]["arguments"])
+            arguments = loads(call["function"]["arguments"])
         except ValueError:
             return None
         if call["function"]["name"] != TOOL_NAME or not isinstance(arguments, dict):
@@ -396,7 +396,7 @@ def _chat_message(entry: Mapping[str, Any], stats: ExportStats) -> dict[str, Any
 
 
 def openai_sft_example(record: Mapping[str, Any], stats: ExportStats) -> dict[str, Any] | None:
-    """An SFT record (seed shape) as an OpenAI chat fine-tuning example, or None if it is not usable."""
+    """An SFT record (the old system's shape) as an OpenAI chat fine-tuning example, or None if it is not usable."""
     assistant = record.get("assistant") or {}
     calls = _interact_many_calls(assistant.get("tool_calls"))
     if not (record.get("metadata") or {}).get("usable") or calls is None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import difflib
 import io
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 from PIL import Image
 
+from ..core.json_codec import loads
 from ..core.settings import Settings
 from ..game import VITALS, ActionPlan, Game, WorldFactory
 
@@ -254,7 +254,7 @@ def _assistant_tool_calls(step: Mapping[str, Any]) -> list[Any]:
         if (message.get("metadata") or {}).get("is_tool_call"):
             payload = (message.get("content") or {}).get("json_payload")
             try:
-                calls = json.loads(payload).get("tool_calls") if isinstance(payload, str) else None
+                calls = loads(payload).get("tool_calls") if isinstance(payload, str) else None
             except (ValueError, AttributeError):
                 calls = None
             if isinstance(calls, list):

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from ..core.json_codec import dumps, loads
 from ..game import VITALS, WorldFactory
 from ..tracing import safe_name
 from .replay import RecordedDecision, RecordedRun, ReplayOutcome, Snapshot, replay
@@ -110,16 +110,16 @@ def _state(snapshot: Snapshot | None, text: str | None, frames: _Frames) -> dict
 def tool_call_text(call: Any) -> str:
     """`name {arguments}` for any tool-call shape the engine accepts (OpenAI, simplified, spec)."""
     if not isinstance(call, dict):
-        return json.dumps(call, ensure_ascii=False)
+        return dumps(call, default=str)
     function: dict[str, Any] = call["function"] if isinstance(call.get("function"), dict) else call
     name = function.get("name") or call.get("tool_name") or call.get("tool") or "?"
     arguments = function.get("arguments", call.get("args"))
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
+            arguments = loads(arguments)
         except ValueError:
             return f"{name} {arguments}"
-    return f"{name} {json.dumps(arguments, ensure_ascii=False)}"
+    return f"{name} {dumps(arguments, default=str)}"
 
 
 def _decision_position(decision: RecordedDecision, snapshot: Snapshot | None, frames: _Frames) -> dict[str, Any]:
@@ -140,7 +140,7 @@ def _decision_position(decision: RecordedDecision, snapshot: Snapshot | None, fr
         "error": decision.error,
         "tool_calls": "\n".join(tool_call_text(call) for call in decision.tool_calls) or None,
         "actions": list(decision.actions) if decision.actions is not None else None,
-        "rejected": [json.dumps(item, ensure_ascii=False) for item in decision.rejected],
+        "rejected": [dumps(item, default=str) for item in decision.rejected],
         "reward": decision.reward,
         "unlocked": list(decision.unlocked),
         "latency_ms": decision.latency_ms,
@@ -254,7 +254,7 @@ def timeline(points: Sequence[dict[str, Any]]) -> str:
 
 def _json_for_script(value: Any) -> str:
     """JSON that cannot close its <script> element."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    text = dumps(value)
     return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 

@@ -58,11 +58,6 @@ def dumps(value: Any) -> str:
     return json_codec.dumps(value, default=_json_default)
 
 
-def dumps_value(value: Any) -> str:
-    """JSON for columns that are only read back as JSON: `dumps`' values at orjson's speed."""
-    return json_codec.dumps_value(value, default=_json_default)
-
-
 def _json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return iso(value)

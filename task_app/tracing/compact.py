@@ -3,7 +3,7 @@
 An LLM step of a structured trace carries the system prompt three times (the system message's
 `text` and `content`, and the call record's input) and the user turn three times. Stored as they are,
 a 50-decision rollout took ~1.6 MB of SQLite, 70 % of it one 5 KB system prompt repeated 150 times.
-The store keeps the seed's tables and columns, and the first system message of a session in full
+The store keeps the old system's tables and columns, and the first system message of a session in full
 (so the prompt is readable where a tool looks for it); later copies are references:
 
     messages.content (system, later steps)   {"role": "system", "text_ref": {"step_id": "decision_0"}}

@@ -1,13 +1,14 @@
-"""The SQLite schema: the seed's tracing_v3 tables and column names (seed-behaviour §6.5), versioned.
+"""The SQLite schema: the old system's tracing_v3 tables and column names (docs/compatibility.md,
+"Trace tables"), versioned.
 
-Existing trace tooling reads our files, so table and column names are the seed's. Differences, none in
+Existing trace tooling reads our files, so table and column names are the old system's. Differences, none in
 what a reader sees: no `embedding VECTOR` columns (libSQL-only), no analytics views,
-`outcome_rewards.total_reward` is REAL (the seed truncated it to an integer), and seven of its indexes
+`outcome_rewards.total_reward` is REAL (the old system truncated it to an integer), and seven of its indexes
 are dropped (migration 3: they only slowed every write).
 
 Versioning: `PRAGMA user_version` holds the number of migrations applied. `MIGRATIONS[i]` takes the file
 from version i to i + 1; each runs in its own transaction together with the version bump, so a crash
-mid-migration leaves the previous version. Statements use `IF NOT EXISTS`, so a database the seed
+mid-migration leaves the previous version. Statements use `IF NOT EXISTS`, so a database the old
 system created (version 0, same tables) migrates cleanly. Migrations are append-only: never edit one
 that has shipped, add the next.
 """
@@ -171,7 +172,7 @@ Migration = tuple[str, ...]
 
 # Replacing a session's rows deletes its timesteps and messages; with foreign keys enforced SQLite then
 # looks up the child rows by these columns, which scanned the whole table without their own indexes
-# (the cost of a replayed run_id grew with the database: 8 ms at 500 sessions, 27 ms at 2000).
+# (the cost of a replayed run_id grew with the database).
 _V2_FOREIGN_KEY_INDEXES: Migration = (
     "CREATE INDEX IF NOT EXISTS idx_event_timestep ON events (timestep_id)",
     "CREATE INDEX IF NOT EXISTS idx_message_timestep ON messages (timestep_id)",
@@ -183,9 +184,8 @@ _V2_FOREIGN_KEY_INDEXES: Migration = (
 # their own created_at, a session's rows by session_id): a copy of the timesteps' UNIQUE (session_id,
 # step_id) index, three over columns of a handful of values (event and message type, turn number;
 # idx_event_type even misled the planner: rows.py `_ENV_EVENT_ID`), and the events' creation time and
-# model, the messages' timestamp. The SQLite writer's CPU per decision 81 -> 61 µs (a 50-decision
-# rollout's rows, in-process). A tool that wants one back creates it (the seed's own start-up does,
-# IF NOT EXISTS).
+# model, the messages' timestamp (docs/decisions/trace-writer.md has what they cost). A tool that
+# wants one back creates it (the old system's own start-up does, IF NOT EXISTS).
 WRITE_ONLY_INDEXES = (
     "idx_timestep_session_step",
     "idx_timestep_turn",
@@ -198,13 +198,13 @@ WRITE_ONLY_INDEXES = (
 _V3_WRITE_ONLY_INDEXES: Migration = tuple(f"DROP INDEX IF EXISTS {name}" for name in WRITE_ONLY_INDEXES)
 
 MIGRATIONS: tuple[Migration, ...] = (
-    _V1_TABLES + _V1_INDEXES,  # 0 -> 1: the seed's tables, indexes
+    _V1_TABLES + _V1_INDEXES,  # 0 -> 1: the old system's tables, indexes
     _V2_FOREIGN_KEY_INDEXES,  # 1 -> 2: indexes for the foreign keys a session delete checks
-    _V3_WRITE_ONLY_INDEXES,  # 2 -> 3: seed indexes that no read uses, dropped
+    _V3_WRITE_ONLY_INDEXES,  # 2 -> 3: old indexes that no read uses, dropped
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
-# Child tables first, so a session can be deleted where foreign keys are enforced (the seed's tools).
+# Child tables first, so a session can be deleted where foreign keys are enforced (the old system's tools).
 SESSION_TABLES = ("event_rewards", "messages", "events", "session_timesteps", "outcome_rewards", "session_traces")
 
 

@@ -1,4 +1,4 @@
-"""Trace payloads built from a `RolloutResult` (CONTRACT.md §7): pure functions, no I/O.
+"""Trace payloads built from a `RolloutResult` (docs/contract.md, "Trace payload"): pure functions, no I/O.
 
     RolloutResult.records ──► per decision k (0-based, step_id "decision_<k>", turn_number k):
         events:   [LM call event (policy:<name>)]? + environment event (environment:crafter)
@@ -58,7 +58,7 @@ def epoch(moment: datetime) -> float:
 
 
 def session_metadata(result: RolloutResult) -> dict[str, Any]:
-    """`SessionTrace.metadata`: the seed's keys, then what a reader of one trace wants at hand."""
+    """`SessionTrace.metadata`: the old system's keys, then what a reader of one trace wants at hand."""
     plan = result.plan
     return {
         "run_id": plan.run_id,
@@ -358,7 +358,7 @@ def build_session_trace(result: RolloutResult, trace_format: str = STRUCTURED) -
 
 
 def build_compact_trace(result: RolloutResult) -> dict[str, Any]:
-    """The small summary (seed `compact` keys): per-call token/latency lines and per-decision rewards."""
+    """The small summary (the old system's `compact` keys): per-call token/latency lines and per-decision rewards."""
     lm_calls = []
     events = messages = 0
     for record in result.records:
