@@ -137,10 +137,6 @@ def _out(text: str) -> None:
     sys.stdout.write(text + "\n")
 
 
-def _json(value: Any) -> str:
-    return dumps(value, default=str)
-
-
 # --- list ------------------------------------------------------------------------------------------
 
 
@@ -190,7 +186,7 @@ async def _list_command(args: argparse.Namespace, db: Path) -> int:
     async with reading(db) as store:
         sessions = await store.list_sessions(args.since, args.min_achievements, args.model, args.limit)
     if args.json:
-        _out(_json(sessions))
+        _out(dumps(sessions))
         return EXIT_OK
     table = _table(f"Sessions in {db}", _SESSION_COLUMNS, _SESSION_CAPTION)
     for row in sessions:
@@ -327,7 +323,7 @@ async def _show_command(args: argparse.Namespace, db: Path) -> int:
         raise CliError(f"no run {args.run_id!r} in {db}", EXIT_NOT_FOUND)
     summary = session_summary(trace)
     if args.json:
-        _out(_json(summary))
+        _out(dumps(summary))
     else:
         _print_session(summary, args.full)
     return EXIT_OK

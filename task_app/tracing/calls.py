@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..core import json_codec
+from ..core.json_codec import dumps, loads
 from ..policy.base import LMCall, content_text
 
 API_TYPE = "chat_completions"
@@ -48,20 +48,9 @@ def iso(moment: datetime | None) -> str | None:
 
 @lru_cache(maxsize=256)
 def _utc_iso(moment: datetime) -> str:
-    """Cached: each of a decision's four moments is written two or three times (step, call record,
-    tool result, and the rows, which turn epochs back into equal datetimes); `isoformat` is ~1 µs."""
+    """Cached: each of a decision's moments is written several times (the step, the call record, the
+    rows, which turn epochs back into equal datetimes)."""
     return moment.isoformat(timespec="microseconds")
-
-
-def dumps(value: Any) -> str:
-    """Compact JSON; anything JSON cannot hold becomes its `str` (datetimes become ISO strings)."""
-    return json_codec.dumps(value, default=_json_default)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return iso(value)
-    return str(value)
 
 
 # --- message content ------------------------------------------------------------------------------
@@ -196,7 +185,7 @@ def tool_call_specs(tool_calls: Any) -> list[dict[str, Any]]:
         parsed: Any = arguments
         if isinstance(arguments, str):
             try:
-                parsed = json_codec.loads(arguments)
+                parsed = loads(arguments)
             except ValueError:
                 parsed = None
         specs.append(

@@ -17,7 +17,7 @@ from typing import Any
 
 import aiosqlite
 
-from ..core import json_codec
+from ..core.json_codec import loads
 from .calls import iso
 from .compact import TextResolver
 from .rows import CAIS
@@ -159,7 +159,7 @@ def load_json(value: Any) -> Any:
     if not isinstance(value, str):
         return value
     try:
-        return json_codec.loads(value)
+        return loads(value)
     except ValueError:
         return value
 

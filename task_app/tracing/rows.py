@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from .calls import dumps, iso
+from ..core.json_codec import dumps
+from .calls import iso
 from .compact import TextIndex
 from .trace import (
     ENV_INSTANCE,

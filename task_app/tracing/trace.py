@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..core.json_codec import dumps
 from ..policy.base import content_text
-from .calls import call_record, dumps, iso, strip_images
+from .calls import call_record, iso, strip_images
 from .compact import SYSTEM, system_body
 from .reward_rows import decision_rewards, event_rewards, outcome_reward
 
@@ -111,7 +112,7 @@ def _session_details(result: RolloutResult, trace_format: str) -> dict[str, Any]
 # --- messages --------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)  # not frozen: four are built per decision, and a frozen __init__ is ~3x slower
+@dataclass(slots=True)
 class MessageSpec:
     message_type: str
     payload: dict[str, Any]
