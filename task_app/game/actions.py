@@ -1,4 +1,4 @@
-"""Crafter's actions by name and id, and the normalisation of model tool calls (CONTRACT.md §5).
+"""Crafter's actions by name and id, and the normalisation of model tool calls (docs/contract.md, "The tool").
 
 A model may answer in any of the shapes trainers have seen work: OpenAI `tool_calls` entries
 (`{"function": {"name", "arguments"}}`), the seed's simplified `{"tool_name"|"tool"|"name", "arguments"|"args"}`,

@@ -1,8 +1,9 @@
 """Crafter's world generator, whole-grid and compiled: the worlds of `crafter.worldgen`, bit for bit.
 
-Stock crafter sets each tile with a Python call per tile and one per noise value (~45 ms a 64x64
-world, numba compiling only the noise). Here numba kernels that release the GIL do the whole grid,
-with the same floating-point operations in the same order:
+Stock crafter sets each tile with a Python call per tile and one per noise value (tens of
+milliseconds a 64x64 world, numba compiling only the noise; docs/decisions/world-generator.md). Here
+numba kernels that release the GIL do the whole grid, with the same floating-point operations in the
+same order:
 
 - the noise is opensimplex's own compiled `_noise3` with the arguments crafter passes (`x / size`
   after crafter's own `2 * x` or `x / 5`, an integer z), one field at a time over the tiles where
@@ -290,9 +291,9 @@ _LOW, _HIGH = 0.0, 1.0  # `uniform`'s defaults, told apart from passed values by
 
 class WorldRandom(np.random.RandomState):
     """A world's RandomState, with the draw crafter makes most made cheap. Creatures moving and the
-    spawn round call `uniform()` with no arguments (~7 times a step in B1's rollouts), ~1 µs each
-    through numpy's general path; that is `random_sample()` exactly (0 + 1 × the same double, the
-    same state after), ~0.2 µs. Every other call is numpy's own."""
+    spawn round call `uniform()` with no arguments, several times a step, through numpy's general
+    path; that is `random_sample()` exactly (0 + 1 × the same double, the same state after), at a
+    fifth of the cost. Every other call is numpy's own."""
 
     def uniform(self, low: Any = _LOW, high: Any = _HIGH, size: Any = None) -> Any:
         if low is _LOW and high is _HIGH and size is None:
@@ -302,8 +303,8 @@ class WorldRandom(np.random.RandomState):
 
 def unset_random() -> WorldRandom:
     """A RandomState for a world, to be seeded (`seed`) or given a state (`set_state`) before use:
-    numpy's own constructor seeds it from the OS's entropy through a SeedSequence (~85 µs, ~170 µs
-    unpickled, of a new world's ~0.6 ms holding the GIL); this ~30 µs."""
+    numpy's own constructor seeds it from the OS's entropy through a SeedSequence (twice per world
+    when unpickled, a large share of a new world's time with the GIL held); this reads nothing."""
     # numpy's stubs name SeedSequence; a bit generator takes any ISeedSequence (numpy.random docs)
     return WorldRandom(np.random.MT19937(_NoEntropy()))  # type: ignore[arg-type]
 

@@ -4,12 +4,12 @@ A world is a `GameEnv` after `reset()`: identical to stock `crafter.Env(area=, l
 `reset()`. `worldgen` generates it with compiled whole-grid code (a few milliseconds, the GIL released
 for most of it) and hands back what it computed: the material map, the creatures and the RNG state
 (`worldgen.GeneratedWorld`, ~8 KB for 64x64). The cache keeps that, keyed by (seed, area, length), and
-a repeated seed is rebuilt from it (the creatures placed again on a blank env, ~0.36 ms, no noise):
-keeping costs nothing, where a pickled snapshot of the env cost ~0.4-0.7 ms of every new world
-(benchmarks/world.py, B8). Every world is a new object graph, so two rollouts on one seed never share
+a repeated seed is rebuilt from it (the creatures placed again on a blank env, no noise): keeping
+costs nothing, where a pickled snapshot of the env cost a share of every new world
+(docs/decisions/world-generator.md). Every world is a new object graph, so two rollouts on one seed never share
 mutable state.
 
-The textures (read-only PNG data, ~25 ms to load per `crafter.Env()`) are shared by all worlds: left
+The textures (read-only PNG data, loaded by every `crafter.Env()`) are shared by all worlds: left
 out of the blank env's pickle and put back on every copy, never loaded or copied per world.
 """
 
@@ -129,7 +129,7 @@ class GameEnv(crafter.Env):
     def _balance(self) -> None:
         """`_balance_chunk` over every chunk, as stock `Env.step` runs it, with the same random draws in
         the same order. Crafter masks the chunk's tiles of a material three times per chunk to count
-        them (~0.4 ms a round); the round's counts come from one pass here, since spawning and
+        them; the round's counts come from one pass here, since spawning and
         despawning creatures never changes a tile."""
         world, player = self._world, self._player
         light = world.daylight
@@ -233,7 +233,7 @@ class GameEnv(crafter.Env):
 
 
 def _texture_holders(env: GameEnv) -> tuple[Any, ...]:
-    """What refers to crafter's textures (read-only images, ~25 ms to load): the env and two views."""
+    """What refers to crafter's textures (read-only images, slow to load): the env and two views."""
     return (env, env._local_view, env._item_view)
 
 
@@ -270,10 +270,10 @@ class WorldFactory:
 
     def _blank(self, area: tuple[int, int], length: int) -> GameEnv:
         """A constructed, not yet reset env for (area, length): a pickle of one built once (crafter's
-        constructor loads the textures, ~25 ms), without the textures, which its three holders share
+        constructor loads the textures), without the textures, which its three holders share
         with every world, detached for the dump, so pickle runs in C without a persistent-id call per
         object; and without its world's generator, which its caller seeds or sets (an unpickled
-        RandomState is built from the OS's entropy first: 0.21 ms a blank, 0.03 without). Only this
+        RandomState is built from the OS's entropy first, most of a blank's cost). Only this
         factory's own bytes are ever unpickled."""
         with self._lock:
             blank = self._blanks.get((area, length))

@@ -1,20 +1,21 @@
-"""The seed system's answers (seed-behaviour §1.4), built from an `EnvView`.
+"""The old system's answers (docs/compatibility.md, "Env-session routes"), built from an `EnvView`.
 
-The observation is the one `/rollout` shows a policy: the structured dict of CONTRACT §4, plus the
-text the model reads under `text`, plus the frame (`observation_image_*`, the seed's names) only when
-the env was created with `config.image_size`.
+The observation is the one `/rollout` shows a policy: the structured dict of docs/contract.md ("The
+environment"), plus the text the model reads under `text`, plus the frame (`observation_image_*`, the
+old system's names) only when the env was created with `config.image_size`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..game.compact_text import TextFormat, observation_text
 from .manager import EnvView, SnapshotInfo
 
 
-def observation_body(view: EnvView) -> dict[str, Any]:
+def observation_body(view: EnvView, text_format: TextFormat = "full") -> dict[str, Any]:
     observation = view.observation
-    body = {**observation.data, "text": observation.text}
+    body = {**observation.data, "text": observation_text(observation, text_format)}
     if observation.image_png is not None:
         body["observation_image_base64"] = observation.image_base64
         body["observation_image_data_url"] = observation.image_data_url
@@ -22,21 +23,21 @@ def observation_body(view: EnvView) -> dict[str, Any]:
 
 
 def _env_info(view: EnvView) -> dict[str, Any]:
-    return {"seed": view.seed, "episode": view.episode, "done": view.done}
+    return {"seed": view.seed, "task_id": view.task_id, "episode": view.episode, "done": view.done}
 
 
-def created_body(view: EnvView) -> dict[str, Any]:
+def created_body(view: EnvView, text_format: TextFormat = "full") -> dict[str, Any]:
     """create, restore, `/CrafterClassic/initialize`: `{env_id, observation, info, step_idx}`."""
     return {
         "env_id": view.env_id,
-        "observation": observation_body(view),
+        "observation": observation_body(view, text_format),
         "info": _env_info(view),
         "step_idx": view.step_idx,
     }
 
 
-def reset_body(view: EnvView) -> dict[str, Any]:
-    return {"observation": observation_body(view), "info": _env_info(view), "step_idx": view.step_idx}
+def reset_body(view: EnvView, text_format: TextFormat = "full") -> dict[str, Any]:
+    return {"observation": observation_body(view, text_format), "info": _env_info(view), "step_idx": view.step_idx}
 
 
 def step_info(view: EnvView) -> dict[str, Any]:
@@ -54,10 +55,10 @@ def step_info(view: EnvView) -> dict[str, Any]:
     return info
 
 
-def step_body(view: EnvView) -> dict[str, Any]:
+def step_body(view: EnvView, text_format: TextFormat = "full") -> dict[str, Any]:
     """`{observation, done, info, reward, truncated, step_idx}`; `reward` is crafter's own."""
     return {
-        "observation": observation_body(view),
+        "observation": observation_body(view, text_format),
         "done": view.done,
         "info": step_info(view),
         "reward": view.reward,
