@@ -49,7 +49,7 @@ def iso(moment: datetime | None) -> str | None:
 @lru_cache(maxsize=256)
 def _utc_iso(moment: datetime) -> str:
     """Cached: each of a decision's moments is written several times (the step, the call record, the
-    rows, which turn epochs back into equal datetimes)."""
+    rows, which turn epochs back into equal datetimes); kept by measurement (docs/decisions/trace-writer.md)."""
     return moment.isoformat(timespec="microseconds")
 
 
@@ -202,10 +202,8 @@ def tool_call_specs(tool_calls: Any) -> list[dict[str, Any]]:
     return specs
 
 
-@lru_cache(maxsize=64)
 def public_url(url: str) -> str:
-    """The inference URL without query or fragment (a `?cid=` or a vendor key never reaches a trace).
-    Cached: a rollout calls the same URL every decision."""
+    """The inference URL without query or fragment (a `?cid=` or a vendor key never reaches a trace)."""
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
 

@@ -34,7 +34,8 @@ def system_body(text: str) -> str:
     """The `json_payload` the trace builder writes for a system message whose content is `text`.
 
     Cached: every decision of a rollout carries the same prompt, so its body is encoded once, and
-    the store's comparison with the first step's body is an identity check.
+    the store's comparison with the first step's body is an identity check; kept by measurement
+    (docs/decisions/trace-writer.md).
     """
     return dumps({"role": SYSTEM, "text": text, "content": text})
 
