@@ -38,7 +38,7 @@ from support.rollouts import request_body
 from support.servers import AppServer
 
 from task_app.core.contracts import RolloutResponse
-from task_app.tracing import TraceStore
+from task_app.tracing import TraceReader, TraceStore
 
 pytestmark = [pytest.mark.usefixtures("no_key_in_logs"), pytest.mark.e2e]
 
@@ -155,8 +155,8 @@ def test_a_rollout_killed_midway_stays_invisible_and_its_rerun_replaces_its_part
     assert steps >= 2 and not has_session  # on disk, but not a session
 
     async def read() -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-        async with TraceStore(db, readonly=True) as store:
-            return await store.get_session(run_id), await store.list_sessions()
+        async with TraceReader(db) as reader:
+            return await reader.get_session(run_id), await reader.list_sessions()
 
     assert asyncio.run(read()) == (None, [])
     fake_model.default = tool_call("move_left", "do")
@@ -173,13 +173,15 @@ def test_a_rollout_killed_midway_stays_invisible_and_its_rerun_replaces_its_part
 def _on_server_loop(server: AppServer, sql: str) -> None:
     """Run one statement on the trace store's writing connection, in its thread, between writes."""
     store = server.state.recorder.store
-    assert store is not None and store._writer is not None and store._write_conn is not None
-    conn = store._write_conn
+    assert store is not None
+    writer = store.writer
+    assert writer._task is not None and writer._conn is not None
+    conn = writer._conn
 
     async def run() -> None:
-        await store._in_writer_thread(lambda: conn.execute(sql))
+        await writer._in_thread(lambda: conn.execute(sql))
 
-    asyncio.run_coroutine_threadsafe(run(), store._writer.get_loop()).result(timeout=WAIT_S)
+    asyncio.run_coroutine_threadsafe(run(), writer._task.get_loop()).result(timeout=WAIT_S)
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,6 @@ from task_app.rollout.result import RolloutResult
 from task_app.tracing import TraceStore, build_session_trace
 from task_app.tracing.recording import RolloutRows
 from task_app.tracing.rows import SessionRows, SessionRowsBuilder, session_rows
-from task_app.tracing.trace import session_header
 
 pytestmark = pytest.mark.anyio
 
@@ -85,8 +84,8 @@ def test_a_changed_system_prompt_is_stored_again(result: RolloutResult) -> None:
     other = dataclasses.replace(call, messages=[{"role": "system", "content": "other"}, *call.messages[1:]])
     decision = dataclasses.replace(record.decision, lm_call=other)  # type: ignore[type-var]
     records = [*result.records[:3], dataclasses.replace(record, decision=decision), *result.records[4:]]
-    rows = session_rows(build_session_trace(dataclasses.replace(result, records=records)))
-    system_rows = [row[4] for row in rows.messages if row[3] == "system"]
+    rows = session_rows(dataclasses.replace(result, records=records))
+    system_rows = [row.content for row in rows.messages if row.message_type == "system"]
     assert sum(SYSTEM_PROMPT in body for body in system_rows) == 1
     assert any('"content":"other"' in body for body in system_rows)
 
@@ -103,9 +102,7 @@ async def test_rows_built_during_the_rollout_equal_rows_built_at_the_end(worlds:
     engine = RolloutEngine(result.plan, FakeLLMPolicy(seed=3), worlds, on_record=on_record)
     result = await engine.run()
     assert seen == [1, 2, 3, 4, 5]
-    built = rows.rows(result)
-    assert built is not None
-    assert dataclasses.asdict(built) == dataclasses.asdict(session_rows(build_session_trace(result)))
+    assert rows.rows(result) == session_rows(result)
 
 
 SHAPING = {"enabled": True, "mode": "decision_stepwise", "strategy": "per_achievement"}
@@ -128,31 +125,64 @@ UNLOCKING = {"unlocks and rejections": {}, "unlocks, rejections and step rewards
 
 
 @pytest.mark.parametrize("kind", KINDS_OF_DECISIONS)
-async def test_rows_from_records_equal_rows_from_the_structured_trace(worlds: WorldFactory, kind: str) -> None:
-    """`add_decision` builds a running rollout's rows without the structured step's dicts: the same rows."""
+async def test_rows_read_back_as_the_structured_trace(tmp_path: Path, worlds: WorldFactory, kind: str) -> None:
+    """The one row builder, over every kind of decision: stored and read back, the structured trace."""
     result = await run_llm_rollout(worlds, run_id="rows-" + kind.replace(" ", "-"), **KINDS_OF_DECISIONS[kind])
-    _assert_rows_from_records(result)
+    await _assert_round_trip(tmp_path, result)
 
 
 @pytest.mark.parametrize("kind", UNLOCKING)
-async def test_rows_from_records_with_event_rewards(worlds: WorldFactory, kind: str) -> None:
+async def test_rows_with_event_rewards_read_back(tmp_path: Path, worlds: WorldFactory, kind: str) -> None:
     policy = ScriptedPolicy(WANDER)
     result = await run_llm_rollout(worlds, run_id="unlocks", decisions=12, seed=1, policy=policy, **UNLOCKING[kind])
     assert any(record.plan.rejected for record in result.records)
-    assert _assert_rows_from_records(result).event_rewards
+    stored = await _assert_round_trip(tmp_path, result)
+    assert (
+        stored["event_rewards"]
+        == [
+            reward
+            for step in build_session_trace(result)["session_time_steps"]
+            for reward in step["step_metadata"]["event_rewards"]
+        ]
+        != []
+    )
 
 
-def test_rows_from_records_across_episodes(worlds: WorldFactory) -> None:
-    _assert_rows_from_records(deaths_rollout(worlds, decisions=6))
+@pytest.fixture(scope="module")
+def deaths(worlds: WorldFactory) -> RolloutResult:
+    return deaths_rollout(worlds, decisions=6)
 
 
-def _assert_rows_from_records(result: RolloutResult) -> SessionRows:
+async def test_rows_across_episodes_read_back(tmp_path: Path, deaths: RolloutResult) -> None:
+    assert len(deaths.episodes) > 1
+    await _assert_round_trip(tmp_path, deaths)
+
+
+def test_rows_taken_in_parts_are_the_rows_built_at_once(result: RolloutResult) -> None:
     builder = SessionRowsBuilder(result.plan.run_id)
-    for record in result.records:
-        builder.add_decision(result, record)
-    direct = builder.finish(session_header(result))
-    assert dataclasses.asdict(direct) == dataclasses.asdict(session_rows(build_session_trace(result)))
-    return direct
+    parts: list[SessionRows] = []
+    for index, record in enumerate(result.records):
+        builder.add(result, record)
+        if index % 3 == 2:
+            parts.append(builder.take())
+    parts.append(builder.take(result))
+    whole = session_rows(result)
+    assert [part.session for part in parts] == [None] * (len(parts) - 1) + [whole.session]
+    for group in ("timesteps", "events", "messages", "event_rewards"):
+        assert [row for part in parts for row in getattr(part, group)] == getattr(whole, group), group
+    assert whole.session is not None and whole.session.num_timesteps == DECISIONS
+    assert (whole.session.num_events, whole.session.num_messages) == (len(whole.events), len(whole.messages))
+
+
+async def _assert_round_trip(tmp_path: Path, result: RolloutResult) -> dict:
+    async with TraceStore(tmp_path / f"{result.plan.run_id}.db") as store:
+        assert await store.write(result.plan.run_id, session_rows(result)) == {"stored": True}
+        stored = await store.get_session(result.plan.run_id)
+    expected = build_session_trace(result)
+    assert stored is not None
+    assert {key: stored[key] for key in expected} == expected
+    assert stored["outcome_reward"] == expected["metadata"]["outcome_reward"]
+    return stored
 
 
 async def test_failing_rows_fall_back_to_the_full_build(worlds: WorldFactory, caplog: pytest.LogCaptureFixture) -> None:

@@ -25,10 +25,10 @@ from support.traces import store_result
 from task_app.game import WorldFactory
 from task_app.rollout.engine import RolloutEngine
 from task_app.rollout.result import RolloutResult
-from task_app.tracing import MIGRATIONS, SCHEMA_VERSION, TraceStore, build_session_trace
-from task_app.tracing import store as store_module
+from task_app.tracing import MIGRATIONS, SCHEMA_VERSION, TraceReader, TraceStore, build_session_trace
+from task_app.tracing import writer as writer_module
 from task_app.tracing.recording import RolloutRows
-from task_app.tracing.rows import SessionRows, SessionRowsBuilder, session_rows
+from task_app.tracing.rows import EventRow, SessionRows, SessionRowsBuilder, session_rows
 from task_app.tracing.schema import WRITE_ONLY_INDEXES, migrate
 
 pytestmark = pytest.mark.anyio
@@ -164,10 +164,15 @@ def expected_counts(result: RolloutResult) -> dict[str, int]:
     }
 
 
+def _files(folder: Path) -> list[str]:
+    return sorted(each.name for each in folder.iterdir())
+
+
 async def test_schema_matches_the_seed(tmp_path: Path) -> None:
     path = tmp_path / "traces" / "t.db"
     async with TraceStore(path) as store:
         assert store.health()["status"] == "ok"
+    assert _files(path.parent) == ["t.db"]  # closed last, the writer checkpointed the WAL into the file
     with sqlite3.connect(path) as conn:
         for table, columns in SEED_COLUMNS.items():
             assert [row[1] for row in conn.execute(f"PRAGMA table_info({table})")] == columns, table
@@ -302,7 +307,7 @@ async def test_32_concurrent_rollouts_write_at_once(tmp_path: Path, worlds: Worl
 
 def built_rows(result: RolloutResult) -> SessionRows:
     """The rows the server builds during a rollout: `write(rows=...)` then queues at once, in call order."""
-    return session_rows(build_session_trace(result))
+    return session_rows(result)
 
 
 async def test_rollouts_that_end_together_share_one_commit(tmp_path: Path, result: RolloutResult) -> None:
@@ -347,11 +352,11 @@ async def test_the_rollouts_of_one_commit_resume_one_loop_iteration_apart(
 async def test_a_group_stops_at_its_row_bound(
     tmp_path: Path, result: RolloutResult, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from task_app.tracing import store as store_module
+    from task_app.tracing import writer as writer_module
 
     results = [with_run_id(result, f"bounded-{index}") for index in range(6)]
     rows = [built_rows(item) for item in results]
-    monkeypatch.setattr(store_module, "MAX_BATCH_ROWS", 2 * rows[0].row_count)  # two rollouts a transaction
+    monkeypatch.setattr(writer_module, "MAX_BATCH_ROWS", 2 * rows[0].row_count)  # two rollouts a transaction
     async with TraceStore(tmp_path / "t.db") as store:
         statuses = await asyncio.gather(
             *(store.write(item.plan.run_id, r) for item, r in zip(results, rows, strict=True))
@@ -365,13 +370,13 @@ async def test_a_bad_trace_in_a_group_fails_alone(tmp_path: Path, result: Rollou
     path = tmp_path / "t.db"
     results = [with_run_id(result, f"group-{index}") for index in range(4)]
     rows = [built_rows(item) for item in results]
-    rows[1].events.append(("group-1", "too few values"))  # not insertable: the whole group's commit fails
+    rows[1].events.append(EventRow("group-1", "decision_0", "bogus", "policy", 0.0, 0, None))  # not an event type
     async with TraceStore(path) as store:
         statuses = await asyncio.gather(
             *(store.write(item.plan.run_id, r) for item, r in zip(results, rows, strict=True))
         )
         health = store.health()
-    assert statuses[1]["stored"] is False and "bindings" in statuses[1]["error"]
+    assert statuses[1]["stored"] is False and "CHECK constraint failed" in statuses[1]["error"]
     assert [statuses[index] for index in (0, 2, 3)] == [{"stored": True}] * 3
     assert (health["written"], health["failures"], health["status"]) == (3, 1, "ok")
     assert counts(path, "group-1") == dict.fromkeys(SESSION_TABLES, 0)  # nothing half-written
@@ -401,15 +406,15 @@ async def test_parts_stay_invisible_until_the_end_lands(tmp_path: Path, result: 
     path, trace = tmp_path / "t.db", build_session_trace(result)
     builder = SessionRowsBuilder("store-run")
     async with TraceStore(path) as store:
-        for index, step in enumerate(trace["session_time_steps"]):
-            builder.add_step(step)
+        for index, record in enumerate(result.records):
+            builder.add(result, record)
             if index in (1, 3):  # two parts: decisions 0-1, then 2-3
                 part = store.append(builder.take(), replace=index == 1)
                 assert part is not None and await part == {"stored": True}
                 assert await store.get_session("store-run") is None
                 assert await store.list_sessions() == []
                 assert counts(path, "store-run")["session_timesteps"] == index + 1
-        status = await store.write("store-run", builder.take(trace), replace=False)  # the last two and the session
+        status = await store.write("store-run", builder.take(result), replace=False)  # the last two and the session
         stored = await store.get_session("store-run")
         health = store.health()
     assert status == {"stored": True}
@@ -422,29 +427,29 @@ async def test_parts_stay_invisible_until_the_end_lands(tmp_path: Path, result: 
 async def test_a_run_id_run_again_replaces_its_trace_from_the_first_part(
     tmp_path: Path, result: RolloutResult, short_result: RolloutResult
 ) -> None:
-    path, trace = tmp_path / "t.db", build_session_trace(short_result)
+    path, records = tmp_path / "t.db", short_result.records
     builder = SessionRowsBuilder("store-run")
     async with TraceStore(path) as store:
         assert (await store_result(store, result))["stored"]
-        builder.add_step(trace["session_time_steps"][0])
+        builder.add(short_result, records[0])
         part = store.append(builder.take(), replace=True)
         assert part is not None and await part == {"stored": True}
         assert await store.get_session("store-run") is None  # the old run's trace is gone, the new one not there
-        builder.add_step(trace["session_time_steps"][1])
-        assert await store.write("store-run", builder.take(trace), replace=False) == {"stored": True}
+        builder.add(short_result, records[1])
+        assert await store.write("store-run", builder.take(short_result), replace=False) == {"stored": True}
     assert counts(path) == expected_counts(short_result)
 
 
 async def test_an_end_queued_behind_its_parts_shares_their_transaction(tmp_path: Path, result: RolloutResult) -> None:
-    path, trace = tmp_path / "t.db", build_session_trace(result)
+    path = tmp_path / "t.db"
     builder = SessionRowsBuilder("store-run")
     async with TraceStore(path) as store:
         parts = []
-        for index, step in enumerate(trace["session_time_steps"]):
-            builder.add_step(step)
+        for index, record in enumerate(result.records):
+            builder.add(result, record)
             if index in (1, 3):
                 parts.append(store.append(builder.take(), replace=index == 1))
-        status = await store.write("store-run", builder.take(trace), replace=False)  # not waiting for the parts
+        status = await store.write("store-run", builder.take(result), replace=False)  # not waiting for the parts
         health = store.health()
         assert [await part for part in parts if part is not None] == [{"stored": True}] * 2
     assert status == {"stored": True}
@@ -453,18 +458,17 @@ async def test_an_end_queued_behind_its_parts_shares_their_transaction(tmp_path:
 
 
 async def test_parts_wait_for_company_until_an_end_or_their_time_is_up(tmp_path: Path, result: RolloutResult) -> None:
-    path, trace = tmp_path / "t.db", build_session_trace(result)
-    steps = trace["session_time_steps"]
+    path, records = tmp_path / "t.db", result.records
     builder = SessionRowsBuilder("store-run")
     async with TraceStore(path, part_gather_s=30.0) as store:
-        builder.add_step(steps[0])
+        builder.add(result, records[0])
         part = store.append(builder.take(), replace=True)
         await asyncio.sleep(0.3)
         waiting = (store.health()["transactions"], counts(path, "store-run")["session_timesteps"])
-        for step in steps[1:]:
-            builder.add_step(step)
+        for record in records[1:]:
+            builder.add(result, record)
         started = time.monotonic()
-        end = await store.write("store-run", builder.take(trace), replace=False)  # someone waits: no gathering
+        end = await store.write("store-run", builder.take(result), replace=False)  # someone waits: no gathering
         ended_in = time.monotonic() - started
         assert part is not None and await part == {"stored": True}
         health = store.health()
@@ -480,12 +484,11 @@ async def test_parts_wait_for_company_until_an_end_or_their_time_is_up(tmp_path:
 
 
 async def test_a_full_queue_ends_the_parts_wait(tmp_path: Path, result: RolloutResult) -> None:
-    steps = build_session_trace(result)["session_time_steps"]
     builder = SessionRowsBuilder("store-run")
     async with TraceStore(tmp_path / "t.db", queue_size=2, part_gather_s=30.0) as store:
         parts = []
-        for index, step in enumerate(steps[:2]):
-            builder.add_step(step)
+        for index, record in enumerate(result.records[:2]):
+            builder.add(result, record)
             parts.append(store.append(builder.take(), replace=index == 0))
         assert not store.has_room
         async with asyncio.timeout(5.0):
@@ -495,12 +498,11 @@ async def test_a_full_queue_ends_the_parts_wait(tmp_path: Path, result: RolloutR
 async def test_a_batch_worth_of_rows_ends_the_parts_wait(
     tmp_path: Path, result: RolloutResult, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    steps = build_session_trace(result)["session_time_steps"]
     builder = SessionRowsBuilder("store-run")
-    builder.add_step(steps[0])
-    builder.add_step(steps[1])
+    builder.add(result, result.records[0])
+    builder.add(result, result.records[1])
     rows = builder.take()
-    monkeypatch.setattr(store_module, "MAX_BATCH_ROWS", rows.row_count)
+    monkeypatch.setattr(writer_module, "MAX_BATCH_ROWS", rows.row_count)
     async with TraceStore(tmp_path / "t.db", part_gather_s=30.0) as store:
         part = store.append(rows, replace=True)
         async with asyncio.timeout(5.0):
@@ -508,27 +510,26 @@ async def test_a_batch_worth_of_rows_ends_the_parts_wait(
 
 
 async def test_an_end_whose_part_was_lost_is_refused_unwritten(tmp_path: Path, result: RolloutResult) -> None:
-    path, trace = tmp_path / "t.db", build_session_trace(result)
+    path, records = tmp_path / "t.db", result.records
     builder = SessionRowsBuilder("store-run")
-    steps = trace["session_time_steps"]
     async with TraceStore(path) as store:
-        builder.add_step(steps[0])
+        builder.add(result, records[0])
         part = builder.take()
-        part.events.append(("store-run", "too few values"))  # not insertable: this part fails
+        part.events.append(EventRow("store-run", "decision_0", "bogus", "policy", 0.0, 0, None))  # this part fails
         lost = store.append(part, replace=True)
-        for step in steps[1:]:
-            builder.add_step(step)
-        end = await store.write("store-run", builder.take(trace), replace=False)
+        for record in records[1:]:
+            builder.add(result, record)
+        end = await store.write("store-run", builder.take(result), replace=False)
         assert lost is not None and (await lost)["stored"] is False
         failures = store.health()["failures"]
         assert await store.get_session("store-run") is None  # nothing of the end was written
-        rewritten = await store.write("store-run", builder.finish(trace))  # what RolloutRows.commit does next
+        rewritten = await store.write("store-run", session_rows(result))  # what RolloutRows.commit does next
         rerun = SessionRowsBuilder("store-run")  # the run again, in a part and an end: replaced, so not refused
-        rerun.add_step(steps[0])
+        rerun.add(result, records[0])
         assert store.append(rerun.take(), replace=True) is not None
-        for step in steps[1:]:
-            rerun.add_step(step)
-        again = await store.write("store-run", rerun.take(trace), replace=False)
+        for record in records[1:]:
+            rerun.add(result, record)
+        again = await store.write("store-run", rerun.take(result), replace=False)
     assert end == {"stored": False, "error": "an earlier part of this trace was not stored"}
     assert failures == 1  # the lost part; the refusal is not a storage failure of its own
     assert rewritten == {"stored": True} and again == {"stored": True}
@@ -536,10 +537,10 @@ async def test_an_end_whose_part_was_lost_is_refused_unwritten(tmp_path: Path, r
 
 
 async def test_discard_removes_the_parts_of_a_rollout_that_never_ends(tmp_path: Path, result: RolloutResult) -> None:
-    path, trace = tmp_path / "t.db", build_session_trace(result)
+    path = tmp_path / "t.db"
     builder = SessionRowsBuilder("store-run")
-    for step in trace["session_time_steps"][:3]:
-        builder.add_step(step)
+    for record in result.records[:3]:
+        builder.add(result, record)
     async with TraceStore(path) as store:
         part = store.append(builder.take(), replace=True)
         assert part is not None and await part == {"stored": True}
@@ -613,7 +614,7 @@ async def test_not_a_database(tmp_path: Path, result: RolloutResult, caplog: pyt
     path = tmp_path / "t.db"
     path.write_bytes(b"this is not a database, just some bytes " * 200)
     store = TraceStore(path)
-    with caplog.at_level(logging.WARNING, logger="task_app.tracing.store"):
+    with caplog.at_level(logging.WARNING, logger="task_app.tracing.writer"):
         await store.start()
         status = await store_result(store, result)
     assert status["stored"] is False and "not a database" in status["error"]
@@ -637,15 +638,16 @@ async def test_unwritable_location(tmp_path: Path, result: RolloutResult) -> Non
 
 async def test_disk_full_then_recovery(tmp_path: Path, result: RolloutResult) -> None:
     async with TraceStore(tmp_path / "t.db") as store:
-        conn = store._write_conn  # the limit is the writing connection's own
+        writer = store.writer
+        conn = writer._conn  # the limit is the writing connection's own
         assert conn is not None
-        await store._in_writer_thread(lambda: conn.execute("VACUUM"))  # no free pages for the write to reuse
-        pages = await store._in_writer_thread(lambda: conn.execute("PRAGMA page_count").fetchone()[0])
-        await store._in_writer_thread(lambda: conn.execute(f"PRAGMA max_page_count = {pages}"))  # SQLITE_FULL
+        await writer._in_thread(lambda: conn.execute("VACUUM"))  # no free pages for the write to reuse
+        pages = await writer._in_thread(lambda: conn.execute("PRAGMA page_count").fetchone()[0])
+        await writer._in_thread(lambda: conn.execute(f"PRAGMA max_page_count = {pages}"))  # SQLITE_FULL
         status = await store_result(store, result)
         assert status["stored"] is False and "full" in status["error"]
         assert store.health()["status"] == "degraded"
-        await store._in_writer_thread(lambda: conn.execute("PRAGMA max_page_count = 1073741823"))
+        await writer._in_thread(lambda: conn.execute("PRAGMA max_page_count = 1073741823"))
         assert (await store_result(store, result))["stored"]
         health = store.health()
     assert (health["status"], health["failures"], health["written"]) == ("ok", 1, 1)
@@ -681,7 +683,7 @@ async def test_slow_writer_times_out_but_the_job_still_lands(tmp_path: Path, res
     assert counts(path) == expected_counts(result)  # close() drained the queue: the rollout was kept
 
 
-async def test_write_after_close_and_readonly_store(tmp_path: Path, result: RolloutResult) -> None:
+async def test_write_after_close_and_a_reader(tmp_path: Path, result: RolloutResult) -> None:
     path = tmp_path / "t.db"
     store = TraceStore(path)
     await store.start()
@@ -689,10 +691,19 @@ async def test_write_after_close_and_readonly_store(tmp_path: Path, result: Roll
     await store.close()
     await store.close()
     assert (await store_result(store, result))["stored"] is False
-    async with TraceStore(path, readonly=True) as reader:
+    async with TraceReader(path) as reader:
         assert [s["session_id"] for s in await reader.list_sessions()] == ["store-run"]
         assert (await reader.get_session("store-run")) is not None
-        assert (await store_result(reader, result))["stored"] is False
+        assert reader.schema_version == SCHEMA_VERSION and reader.journal_mode == "wal"
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):  # SQLite itself refuses
+            await reader._fetch("DELETE FROM session_traces")
+    assert [row[0] for row in sqlite3.connect(path).execute("SELECT session_id FROM session_traces")] == ["store-run"]
+
+
+async def test_a_reader_of_a_missing_file_raises_and_creates_nothing(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        await TraceReader(tmp_path / "missing.db").start()
+    assert not (tmp_path / "missing.db").exists()
 
 
 def _page_size(path: Path) -> int:
@@ -704,7 +715,7 @@ async def test_forward_migration_and_seed_database(tmp_path: Path, result: Rollo
     path = tmp_path / "t.db"
     async with TraceStore(path) as store:
         assert (await store_result(store, result))["stored"]
-    assert _page_size(path) == store_module.PAGE_SIZE  # a file we create: large pages
+    assert _page_size(path) == writer_module.PAGE_SIZE  # a file we create: large pages
     newer = (*MIGRATIONS, ("CREATE TABLE IF NOT EXISTS trace_notes (session_id VARCHAR, note TEXT)",))
     async with TraceStore(path, migrations=newer) as store:
         assert store.schema_version == SCHEMA_VERSION + 1
@@ -731,7 +742,7 @@ async def test_forward_migration_and_seed_database(tmp_path: Path, result: Rollo
 _KILL_HELPER = textwrap.dedent(
     """
     import asyncio, dataclasses, pickle, sys
-    from task_app.tracing import TraceStore, build_session_trace
+    from task_app.tracing import TraceStore
     from task_app.tracing.rows import session_rows
 
     async def main(db, source, count):
@@ -743,7 +754,7 @@ _KILL_HELPER = textwrap.dedent(
             dataclasses.replace(base, plan=dataclasses.replace(base.plan, run_id=f"killed-{index}"))
             for index in range(count)
         ]
-        rows = [(r.plan.run_id, session_rows(build_session_trace(r))) for r in results]
+        rows = [(r.plan.run_id, session_rows(r)) for r in results]
         statuses = await asyncio.gather(*(store.write(*item) for item in rows))
         if not all(status["stored"] for status in statuses):
             raise SystemExit(f"not stored: {statuses}")

@@ -381,11 +381,9 @@ def test_openai_sft_keeps_only_usable_interact_many_answers() -> None:
     example = openai_sft_example(record([tool_call(TOOL_NAME, {"actions": ["noop", "do"]})]), stats)
     assert example is not None
     [call] = example["messages"][-1]["tool_calls"]
-    assert call == {
-        "id": "c1",
-        "type": "function",
-        "function": {"name": TOOL_NAME, "arguments": '{"actions": ["noop", "do"]}'},
-    }
+    arguments = call["function"].pop("arguments")  # a JSON string, as fine-tuning expects
+    assert call == {"id": "c1", "type": "function", "function": {"name": TOOL_NAME}}
+    assert json.loads(arguments) == {"actions": ["noop", "do"]}
     assert "content" not in example["messages"][-1]
 
 

@@ -15,7 +15,7 @@ from support.rollouts import SAMPLES, llm_rollout
 from task_app.game import WorldFactory
 from task_app.rollout.result import RolloutResult
 from task_app.tracing import build_compact_trace, build_session_trace, build_trace_payload, outcome_reward
-from task_app.tracing.rewards import event_rewards
+from task_app.tracing.reward_rows import event_rewards
 
 ISO_KEYS = {"created_at", "timestamp", "completed_at", "started_at", "finished_at"}
 

@@ -22,7 +22,7 @@ import anyio.to_thread
 from rich.console import Console
 
 from ..core.settings import Settings
-from ..tracing import TraceStore
+from ..tracing import TraceReader
 
 EXIT_USAGE = 2  # bad arguments, or no usable database
 DB_HELP = "trace database, or a folder of them read as one (default: TASKAPP_TRACES_DB, else ./traces/task_app.db)"
@@ -61,8 +61,8 @@ def _check_file(path: Path) -> None:
         raise CliError(f"{path} is not an SQLite database" + (" (empty file)" if not magic else ""))
 
 
-class TraceReader(Protocol):
-    """What the commands read: one database (`TraceStore`) or a folder of them (`TraceSet`)."""
+class TraceSource(Protocol):
+    """What the commands read: one database (`TraceReader`) or a folder of them (`TraceSet`)."""
 
     @property
     def paths(self) -> Sequence[Path]: ...
@@ -75,19 +75,19 @@ class TraceReader(Protocol):
 
 
 class _File:
-    """One read-only store as a `TraceReader`."""
+    """One database as a `TraceSource`."""
 
-    def __init__(self, path: Path, store: TraceStore) -> None:
+    def __init__(self, path: Path, reader: TraceReader) -> None:
         self.paths = [path]
-        self.store = store
+        self.reader = reader
 
     async def list_sessions(
         self, since: datetime | str | None, min_achievements: int | None, model: str | None, limit: int
     ) -> list[dict[str, Any]]:
-        return await self.store.list_sessions(since, min_achievements, model, limit)
+        return await self.reader.list_sessions(since, min_achievements, model, limit)
 
     async def get_session(self, run_id: str) -> dict[str, Any] | None:
-        return await self.store.get_session(run_id)
+        return await self.reader.get_session(run_id)
 
 
 def _newest_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -133,24 +133,24 @@ def database_files(path: Path) -> list[Path] | None:
 
 @asynccontextmanager
 async def _open(path: Path) -> AsyncIterator[_File]:
-    """A started read-only store; any SQLite failure while it is used becomes a `CliError`."""
+    """An open reader of `path`; any SQLite failure, opening or reading, becomes a `CliError`."""
     await anyio.to_thread.run_sync(_check_file, path)
-    store = TraceStore(path, readonly=True)
-    await store.start()
+    reader = TraceReader(path)
     try:
-        if not store.running:
-            raise CliError(f"cannot open {path}: {store.health()['last_error']}")
-        try:
-            yield _File(path, store)
-        except sqlite3.Error as exc:
-            problem = "is not a trace database" if "no such" in str(exc) else "could not be read"  # table/column
-            raise CliError(f"{path} {problem} ({exc})") from exc
+        await reader.start()
+    except (sqlite3.Error, OSError) as exc:
+        raise CliError(f"cannot open {path}: {type(exc).__name__}: {exc}") from exc
+    try:
+        yield _File(path, reader)
+    except sqlite3.Error as exc:
+        problem = "is not a trace database" if "no such" in str(exc) else "could not be read"  # table/column
+        raise CliError(f"{path} {problem} ({exc})") from exc
     finally:
-        await store.close()
+        await reader.close()
 
 
 @asynccontextmanager
-async def reading(path: Path) -> AsyncIterator[TraceReader]:
+async def reading(path: Path) -> AsyncIterator[TraceSource]:
     """The database at `path`, or every database of the folder `path`, opened read-only."""
     folder = await anyio.to_thread.run_sync(database_files, path)
     if folder is None:

@@ -25,7 +25,6 @@ Exit codes: 0 done, 1 run not found, 2 bad arguments or a missing / unreadable d
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -43,6 +42,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..core.json_codec import dumps, loads
 from ..game import TOOL_NAME
 from ..policy.prompts import tool_schema
 from ..tracing import sft_records_from_trace, write_jsonl_atomic
@@ -137,10 +137,6 @@ def _out(text: str) -> None:
     sys.stdout.write(text + "\n")
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
-
-
 # --- list ------------------------------------------------------------------------------------------
 
 
@@ -190,7 +186,7 @@ async def _list_command(args: argparse.Namespace, db: Path) -> int:
     async with reading(db) as store:
         sessions = await store.list_sessions(args.since, args.min_achievements, args.model, args.limit)
     if args.json:
-        _out(_json(sessions))
+        _out(dumps(sessions))
         return EXIT_OK
     table = _table(f"Sessions in {db}", _SESSION_COLUMNS, _SESSION_CAPTION)
     for row in sessions:
@@ -327,7 +323,7 @@ async def _show_command(args: argparse.Namespace, db: Path) -> int:
         raise CliError(f"no run {args.run_id!r} in {db}", EXIT_NOT_FOUND)
     summary = session_summary(trace)
     if args.json:
-        _out(_json(summary))
+        _out(dumps(summary))
     else:
         _print_session(summary, args.full)
     return EXIT_OK
@@ -355,7 +351,7 @@ def _wire_tool_call(call: Mapping[str, Any], index: int) -> dict[str, Any]:
         "type": "function",
         "function": {
             "name": str(function.get("name") or call.get("tool_name") or ""),
-            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments or {}),
+            "arguments": arguments if isinstance(arguments, str) else dumps(arguments or {}),
         },
     }
 
@@ -367,7 +363,7 @@ def _interact_many_calls(tool_calls: Any) -> list[dict[str, Any]] | None:
     calls = [_wire_tool_call(call, index) for index, call in enumerate(tool_calls) if isinstance(call, Mapping)]
     for call in calls:
         try:
-            arguments = json.loads(call["function"]["arguments"])
+            arguments = loads(call["function"]["arguments"])
         except ValueError:
             return None
         if call["function"]["name"] != TOOL_NAME or not isinstance(arguments, dict):
@@ -396,7 +392,7 @@ def _chat_message(entry: Mapping[str, Any], stats: ExportStats) -> dict[str, Any
 
 
 def openai_sft_example(record: Mapping[str, Any], stats: ExportStats) -> dict[str, Any] | None:
-    """An SFT record (seed shape) as an OpenAI chat fine-tuning example, or None if it is not usable."""
+    """An SFT record (the old system's shape) as an OpenAI chat fine-tuning example, or None if it is not usable."""
     assistant = record.get("assistant") or {}
     calls = _interact_many_calls(assistant.get("tool_calls"))
     if not (record.get("metadata") or {}).get("usable") or calls is None:

@@ -12,8 +12,7 @@ from datetime import datetime
 from statistics import fmean
 from typing import Any
 
-import orjson
-
+from ..core.json_codec import dumps_bytes
 from ..game import ActionPlan, DecisionOutcome
 from ..policy.base import PolicyDecision
 from ..policy.sampled_tokens import TokenData
@@ -21,11 +20,6 @@ from .failures import ErrorClass, failure, policy_failure, storage_failure
 from .plan import RolloutPlan
 from .scores import RolloutScores
 from .step_rewards import StepwiseResult
-
-
-def encode_json(value: Any) -> bytes:
-    """A response body's JSON (orjson; numpy values as their lists and numbers)."""
-    return orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 class StopReason(enum.StrEnum):
@@ -65,7 +59,7 @@ class DecisionRecord:
 
     @property
     def reward(self) -> float | None:
-        """The step reward on the wire: achievements unlocked, or null when none (as the seed)."""
+        """The step reward on the wire: achievements unlocked, or null when none (as the old system sent it)."""
         return self.outcome.reward or None
 
     def step_info(self, inference_url: str | None = None) -> dict[str, Any]:
@@ -108,7 +102,7 @@ class DecisionRecord:
         return call.tokens if call is not None else None
 
     def timing(self) -> dict[str, float]:
-        """Where the decision's time went. `*_s` are Unix times (the seed's were perf_counter values,
+        """Where the decision's time went. `*_s` are Unix times (the old system's were perf_counter values,
         meaningless outside its process); `decision_ms` runs from the model request to the end of the
         env step, `overhead_ms` is what neither the model nor the game took (parsing, hand-offs)."""
         env_end = self.finished_at.timestamp()
@@ -184,7 +178,6 @@ class RolloutResult:
     decision_samples: list[dict[str, Any]] | None = None
     storage: dict[str, Any] | None = None
     rubric_scores: RolloutScores | None = None
-    _encoded_steps: list[orjson.Fragment] = field(default_factory=list, init=False, repr=False)
 
     @property
     def aborted(self) -> bool:
@@ -267,26 +260,11 @@ class RolloutResult:
             "details": details,
         }
 
-    def encode_steps(self) -> None:
-        """Encode the trajectory steps of the decisions recorded since the last call, for
-        `response(encoded=True)`. Called after each decision, so that the end of a rollout only joins
-        them: where a thousand rollouts end together, their ends queue behind one another on the event
-        loop, so each end should do as little as it can."""
-        plan, done = self.plan, self._encoded_steps
-        if not plan.record_trajectories:
-            return
-        for record in self.records[len(done) :]:
-            step = record.step(plan.inference_url, tokens=plan.record_tokens)
-            done.append(orjson.Fragment(encode_json(step)))
-
-    def response(self, trace: dict[str, Any] | None = None, *, encoded: bool = False) -> dict[str, Any]:
-        """The RolloutResponse body; `encoded`: its steps as JSON fragments, for `encode_json` only."""
+    def response(self, trace: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The RolloutResponse body."""
         plan = self.plan
-        steps: list[Any] = []
-        if plan.record_trajectories and encoded:
-            self.encode_steps()
-            steps = list(self._encoded_steps)
-        elif plan.record_trajectories:
+        steps = []
+        if plan.record_trajectories:
             steps = [record.step(plan.inference_url, tokens=plan.record_tokens) for record in self.records]
         trajectory = {
             "env_id": self.env_id,
@@ -315,3 +293,7 @@ class RolloutResult:
                 "seed": plan.seed,
             },
         }
+
+    def response_bytes(self, trace: dict[str, Any] | None = None) -> bytes:
+        """The RolloutResponse body as JSON."""
+        return dumps_bytes(self.response(trace))

@@ -20,7 +20,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from math import fsum
 from statistics import fmean
 from typing import TYPE_CHECKING
 
@@ -154,7 +153,7 @@ OUTCOME_CRITERIA: dict[str, Callable[[EpisodeView], float]] = {
 
 def _gained(record: DecisionRecord, items: Sequence[str]) -> bool:
     before, after = record.outcome.inventory_before, record.outcome.inventory_after
-    return after != before and any(after.get(item, 0) > before.get(item, 0) for item in items)
+    return any(after.get(item, 0) > before.get(item, 0) for item in items)
 
 
 def achievement_unlocks(record: DecisionRecord) -> float:
@@ -164,7 +163,7 @@ def achievement_unlocks(record: DecisionRecord) -> float:
     if _gained(record, (*BUFFERS, "coal", "iron", "diamond", *TOOLS)):
         return PROGRESS
     after = outcome.counts_after
-    if after != outcome.counts_before and any(after.get(name, 0) > n for name, n in outcome.counts_before.items()):
+    if any(after.get(name, 0) > n for name, n in outcome.counts_before.items()):
         return REPEAT
     return 0.0
 
@@ -188,7 +187,7 @@ def _affordable(name: str, inventory: Mapping[str, int], counts: Mapping[str, in
 def milestone_setup(record: DecisionRecord) -> float:
     outcome = record.outcome
     if outcome.inventory_after == outcome.inventory_before and outcome.counts_after == outcome.counts_before:
-        return 0.0
+        return 0.0  # most decisions change nothing: kept by measurement (docs/decisions/trace-writer.md)
     ready = [
         name
         for name in MILESTONES
@@ -250,11 +249,8 @@ def outcome_values(view: EpisodeView) -> dict[str, float]:
 
 
 def event_values(records: Sequence[DecisionRecord]) -> dict[str, float]:
-    """Each event criterion's mean over the decisions (`fmean`'s exact sum, without its generator)."""
-    return {
-        name: fsum([criterion(record) for record in records]) / len(records)
-        for name, criterion in EVENT_CRITERIA.items()
-    }
+    """Each event criterion's mean over the decisions."""
+    return {name: fmean(criterion(record) for record in records) for name, criterion in EVENT_CRITERIA.items()}
 
 
 def _mean_score(scores: Sequence[RubricScore], rubric: Rubric) -> RubricScore:

@@ -25,7 +25,7 @@ from ..rollout.control import RunStatus
 from ..rollout.engine import SHORT_ROLLOUT, RolloutEngine
 from ..rollout.plan import RolloutPlan, build_plan
 from ..rollout.registry import RunEntry, RunRegistry
-from ..rollout.result import DecisionRecord, RolloutResult, StopReason, encode_json
+from ..rollout.result import DecisionRecord, RolloutResult, StopReason
 from ..tracing.recording import RolloutRows, TraceRecorder
 from ..tracing.trace import COMPACT
 from .metrics import Metrics
@@ -129,12 +129,11 @@ class RolloutService:
                 log_rollout(result, status, entry.attempt, self.registry.fleet.instance)
 
     def _on_record(self, rows: RolloutRows | None) -> Callable[[RolloutResult, DecisionRecord], None]:
-        """Each decision as it is recorded: counted, its response step encoded, its trace rows noted."""
+        """Each decision as it is recorded: counted, its trace rows noted."""
         decision = self.metrics.decision
 
         def on_record(result: RolloutResult, record: DecisionRecord) -> None:
             decision(record)
-            result.encode_steps()
             if rows is not None:
                 rows.add(result, record)
 
@@ -144,5 +143,5 @@ class RolloutService:
         """Persist the trace (committed before we answer) and build the response bytes."""
         trace = await self.recorder.finalise(result, rows)
         if len(result.records) <= SHORT_ROLLOUT and (trace is None or result.plan.trace_format == COMPACT):
-            return encode_json(result.response(trace, encoded=True))
-        return await self.offload(lambda: encode_json(result.response(trace, encoded=True)))
+            return result.response_bytes(trace)
+        return await self.offload(lambda: result.response_bytes(trace))

@@ -25,11 +25,11 @@ from pydantic import ValidationError
 
 from ..core.contracts import AsyncRolloutRequest
 from ..core.errors import InvalidRequest, NotConfigured, TaskAppError
+from ..core.json_codec import dumps_bytes
 from ..rollout.control import RunStatus
 from ..rollout.fleet import RunView
 from ..rollout.plan import RolloutPlan, check_outbound_url
 from ..rollout.registry import Acceptance, RunEntry, RunRegistry
-from ..rollout.result import encode_json
 from .callbacks import Callbacks
 from .metrics import Metrics
 from .rollouts import RolloutService
@@ -96,7 +96,7 @@ class Submissions:
         return [await self._accept(request, plan) for request, plan in zip(requests, plans, strict=True)]
 
     async def _accept(self, request: AsyncRolloutRequest, plan: RolloutPlan) -> Acceptance:
-        stored = encode_json(request.model_dump(mode="json")) if self.handover is not None else None
+        stored = dumps_bytes(request.model_dump(mode="json")) if self.handover is not None else None
         acceptance = await self.registry.accept(plan.run_id, stored)
         if not acceptance.accepted:
             return acceptance

@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..core import json_codec
+from ..core.json_codec import dumps, loads
 from ..policy.base import LMCall, content_text
 
 API_TYPE = "chat_completions"
@@ -48,26 +48,9 @@ def iso(moment: datetime | None) -> str | None:
 
 @lru_cache(maxsize=256)
 def _utc_iso(moment: datetime) -> str:
-    """Cached: each of a decision's four moments is written two or three times (step, call record,
-    tool result, and the rows, which turn epochs back into equal datetimes), and `isoformat` is not
-    free."""
+    """Cached: each of a decision's moments is written several times (the step, the call record, the
+    rows, which turn epochs back into equal datetimes); kept by measurement (docs/decisions/trace-writer.md)."""
     return moment.isoformat(timespec="microseconds")
-
-
-def dumps(value: Any) -> str:
-    """Compact JSON; anything JSON cannot hold becomes its `str` (datetimes become ISO strings)."""
-    return json_codec.dumps(value, default=_json_default)
-
-
-def dumps_value(value: Any) -> str:
-    """JSON for columns that are only read back as JSON: `dumps`' values at orjson's speed."""
-    return json_codec.dumps(value, default=_json_default)
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return iso(value)
-    return str(value)
 
 
 # --- message content ------------------------------------------------------------------------------
@@ -205,7 +188,7 @@ def tool_call_specs(tool_calls: Any, parsed_arguments: list[Any] | None = None) 
             parsed = parsed_arguments[index]
         elif isinstance(arguments, str):
             try:
-                parsed = json_codec.loads(arguments)
+                parsed = loads(arguments)
             except ValueError:
                 parsed = None
         specs.append(
@@ -222,10 +205,8 @@ def tool_call_specs(tool_calls: Any, parsed_arguments: list[Any] | None = None) 
     return specs
 
 
-@lru_cache(maxsize=64)
 def public_url(url: str) -> str:
-    """The inference URL without query or fragment (a `?cid=` or a vendor key never reaches a trace).
-    Cached: a rollout calls the same URL every decision."""
+    """The inference URL without query or fragment (a `?cid=` or a vendor key never reaches a trace)."""
     parts = urlsplit(url)
     return urlunsplit((parts.scheme, parts.netloc, parts.path, "", ""))
 

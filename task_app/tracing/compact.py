@@ -2,8 +2,8 @@
 
 An LLM step of a structured trace carries the system prompt three times (the system message's
 `text` and `content`, and the call record's input) and the user turn three times. Stored as they are,
-a 50-decision rollout took ~1.6 MB of SQLite, 70 % of it one 5 KB system prompt repeated 150 times.
-The store keeps the seed's tables and columns, and the first system message of a session in full
+most of a session's bytes would be one system prompt, repeated three times a decision.
+The store keeps the old system's tables and columns, and the first system message of a session in full
 (so the prompt is readable where a tool looks for it); later copies are references:
 
     messages.content (system, later steps)   {"role": "system", "text_ref": {"step_id": "decision_0"}}
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-from .calls import dumps
+from ..core.json_codec import dumps
 
 SYSTEM = "system"
 _REF = "text_ref"
@@ -33,8 +33,9 @@ _REF_ROLES = frozenset({"system", "user"})
 def system_body(text: str) -> str:
     """The `json_payload` the trace builder writes for a system message whose content is `text`.
 
-    Cached: every decision of a rollout carries the same (~10 KB) prompt, so its body is encoded
-    once, and the store's comparison with the first step's body is an identity check.
+    Cached: every decision of a rollout carries the same prompt, so its body is encoded once, and
+    the store's comparison with the first step's body is an identity check; kept by measurement
+    (docs/decisions/trace-writer.md).
     """
     return dumps({"role": SYSTEM, "text": text, "content": text})
 

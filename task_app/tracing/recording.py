@@ -7,8 +7,8 @@ the rollout: it is reported in `metrics.details.storage` and in `/health`.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import anyio
@@ -19,13 +19,12 @@ from ..rollout.result import DecisionRecord, RolloutResult
 from .rows import SessionRows, SessionRowsBuilder, session_rows
 from .sft import SftWriter
 from .store import TraceStore
-from .trace import STRUCTURED, build_session_trace, build_trace_payload, session_header
+from .trace import build_trace_payload
 
 logger = logging.getLogger(__name__)
 
-# How often a running rollout's new rows go to the store. Each flush is one small job, grouped with
-# other rollouts' by the writer; at fast models a flush carries a few decisions, and a rollout
-# shorter than this writes everything at its end (docs/decisions/trace-writer.md).
+# How often a running rollout's new rows go to the store: each flush is one small job, grouped with
+# other rollouts' by the writer; a rollout shorter than this writes everything at its end.
 FLUSH_INTERVAL_S = 0.5
 
 
@@ -33,15 +32,12 @@ class RolloutRows:
     """The stored trace of one rollout, written while it runs: `add` (the engine's `on_record`) notes
     each decision, and every `flush_interval_s` the rows of the decisions noted since are built and go
     to the store's queue without waiting, so the end of a rollout only builds and commits its last
-    rows and the session row, queued behind its parts rather than after they committed.
+    rows and the session row, queued behind its parts rather than after they committed. The writer
+    thus spends the rollout's model calls on its rows, instead of every rollout that ends together
+    waiting behind every other one's (docs/decisions/trace-writer.md).
 
-    The rows are built on the event loop, a flush's decisions in one run rather than each as it is
-    recorded: between two decisions everything else the process does pushes the builder's code and
-    data out of the CPU's caches. Writing them during the rollout spends its model calls' idle time on
-    SQLite, where before every rollout of a batch that ended together waited behind every other one's
-    rows (docs/decisions/trace-writer.md has the figures). A bug here never fails the rollout: the rows
-    are dropped, logged, and `commit` stores the trace built from the result instead (replacing any
-    part written), as it does when a part failed to store.
+    A bug here never fails the rollout: the rows are dropped, logged, and `commit` stores the trace
+    built from the result instead (replacing any part written), as it does when a part failed to store.
     """
 
     def __init__(
@@ -52,14 +48,14 @@ class RolloutRows:
         self._pending: list[DecisionRecord] = []  # recorded, rows not built yet
         self._store = store
         self._flush_interval_s = flush_interval_s
-        self._flushed_at = time.monotonic()
+        self._flushed_at = anyio.current_time()
         self._appended = False  # a part went to the store: the end adds to it
 
     def add(self, result: RolloutResult, record: DecisionRecord) -> None:
         if self._builder is None:
             return
         self._pending.append(record)
-        if self._store is not None and time.monotonic() - self._flushed_at >= self._flush_interval_s:
+        if self._store is not None and anyio.current_time() - self._flushed_at >= self._flush_interval_s:
             self._flush(self._store, result)
 
     def _built(self, result: RolloutResult) -> SessionRowsBuilder | None:
@@ -69,7 +65,7 @@ class RolloutRows:
             return builder
         try:
             for record in self._pending:
-                builder.add_decision(result, record)
+                builder.add(result, record)
         except Exception:  # noqa: BLE001 - never fails the rollout; logged, and commit rebuilds the trace
             self._drop()
             return None
@@ -84,7 +80,7 @@ class RolloutRows:
             return
         if store.append(builder.take(), replace=not self._appended) is not None:  # has_room held: always
             self._appended = True
-        self._flushed_at = time.monotonic()
+        self._flushed_at = anyio.current_time()
 
     def rows(self, result: RolloutResult) -> SessionRows | None:
         """All of the rollout's rows, or None if they cannot be trusted (a failure, a missed record)."""
@@ -92,7 +88,7 @@ class RolloutRows:
         if builder is None or len(result.records) != builder.steps:
             return None
         try:
-            return builder.finish(session_header(result))
+            return builder.finish(result)
         except Exception:  # noqa: BLE001 - as in add
             self._drop()
             return None
@@ -109,7 +105,7 @@ class RolloutRows:
             return await store.write(self.run_id, rebuild)
         if self._appended:
             try:
-                rest = builder.take(session_header(result))
+                rest = builder.take(result)
             except Exception:  # noqa: BLE001 - as in add
                 self._drop()
                 return await store.write(self.run_id, rebuild)
@@ -168,8 +164,7 @@ class TraceRecorder:
         storage: dict[str, Any] = {}
         with anyio.CancelScope(shield=True):
             if self.store is not None:
-                stored_trace = trace if plan.return_trace and plan.trace_format == STRUCTURED else None
-                rebuild = _rows_builder(result, stored_trace)
+                rebuild = partial(session_rows, result)
                 storage["trace"] = await (
                     rows.commit(result, rebuild) if rows is not None else self.store.write(plan.run_id, rebuild)
                 )
@@ -177,8 +172,3 @@ class TraceRecorder:
                 storage["sft"] = await self.sft.write(result)
         result.storage = storage or None
         return trace
-
-
-def _rows_builder(result: RolloutResult, trace: dict[str, Any] | None) -> Callable[[], SessionRows]:
-    """Rows from the structured trace the response already carries, or from the result."""
-    return lambda: session_rows(trace if trace is not None else build_session_trace(result, STRUCTURED))

@@ -3,12 +3,12 @@
 
 Existing trace tooling reads our files, so table and column names are the old system's. Differences, none in
 what a reader sees: no `embedding VECTOR` columns (libSQL-only), no analytics views,
-`outcome_rewards.total_reward` is REAL (the seed truncated it to an integer), and seven of its indexes
+`outcome_rewards.total_reward` is REAL (the old system truncated it to an integer), and seven of its indexes
 are dropped (migration 3: they only slowed every write).
 
 Versioning: `PRAGMA user_version` holds the number of migrations applied. `MIGRATIONS[i]` takes the file
 from version i to i + 1; each runs in its own transaction together with the version bump, so a crash
-mid-migration leaves the previous version. Statements use `IF NOT EXISTS`, so a database the seed
+mid-migration leaves the previous version. Statements use `IF NOT EXISTS`, so a database the old
 system created (version 0, same tables) migrates cleanly. Migrations are append-only: never edit one
 that has shipped, add the next.
 """
@@ -198,13 +198,13 @@ WRITE_ONLY_INDEXES = (
 _V3_WRITE_ONLY_INDEXES: Migration = tuple(f"DROP INDEX IF EXISTS {name}" for name in WRITE_ONLY_INDEXES)
 
 MIGRATIONS: tuple[Migration, ...] = (
-    _V1_TABLES + _V1_INDEXES,  # 0 -> 1: the seed's tables, indexes
+    _V1_TABLES + _V1_INDEXES,  # 0 -> 1: the old system's tables, indexes
     _V2_FOREIGN_KEY_INDEXES,  # 1 -> 2: indexes for the foreign keys a session delete checks
-    _V3_WRITE_ONLY_INDEXES,  # 2 -> 3: seed indexes that no read uses, dropped
+    _V3_WRITE_ONLY_INDEXES,  # 2 -> 3: old indexes that no read uses, dropped
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
-# Child tables first, so a session can be deleted where foreign keys are enforced (the seed's tools).
+# Child tables first, so a session can be deleted where foreign keys are enforced (the old system's tools).
 SESSION_TABLES = ("event_rewards", "messages", "events", "session_timesteps", "outcome_rewards", "session_traces")
 
 

@@ -32,8 +32,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.json_codec import dumps
 from ..policy.base import content_text
-from .calls import content_has_image, dumps, iso, openai_message
+from .calls import content_has_image, iso, openai_message
 
 if TYPE_CHECKING:
     from ..policy.base import LMCall

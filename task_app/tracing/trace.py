@@ -26,10 +26,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ..core.json_codec import dumps
 from ..policy.base import content_text
-from .calls import call_record, dumps, iso, strip_images
+from .calls import call_record, iso, strip_images
 from .compact import SYSTEM, system_body
-from .rewards import decision_rewards, event_rewards, outcome_reward
+from .reward_rows import decision_rewards, event_rewards, outcome_reward
 
 if TYPE_CHECKING:
     from ..policy.base import LMCall
@@ -58,7 +59,7 @@ def epoch(moment: datetime) -> float:
 
 
 def session_metadata(result: RolloutResult) -> dict[str, Any]:
-    """`SessionTrace.metadata`: the seed's keys, then what a reader of one trace wants at hand."""
+    """`SessionTrace.metadata`: the old system's keys, then what a reader of one trace wants at hand."""
     plan = result.plan
     return {
         "run_id": plan.run_id,
@@ -111,7 +112,7 @@ def _session_details(result: RolloutResult, trace_format: str) -> dict[str, Any]
 # --- messages --------------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)  # not frozen: four are built per decision, and a frozen __init__ is ~3x slower
+@dataclass(slots=True)
 class MessageSpec:
     message_type: str
     payload: dict[str, Any]
@@ -358,7 +359,7 @@ def build_session_trace(result: RolloutResult, trace_format: str = STRUCTURED) -
 
 
 def build_compact_trace(result: RolloutResult) -> dict[str, Any]:
-    """The small summary (seed `compact` keys): per-call token/latency lines and per-decision rewards."""
+    """The small summary (the old system's `compact` keys): per-call token/latency lines and per-decision rewards."""
     lm_calls = []
     events = messages = 0
     for record in result.records:

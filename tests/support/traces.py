@@ -11,13 +11,13 @@ from typing import Any
 from task_app.cli.traces import add_traces_parser
 from task_app.cli.view import add_viewer_parsers
 from task_app.rollout.result import RolloutResult
-from task_app.tracing import TraceStore, build_session_trace
+from task_app.tracing import TraceReader, TraceStore
 from task_app.tracing.rows import session_rows
 
 
 async def store_result(store: TraceStore, result: RolloutResult) -> dict[str, Any]:
-    """Write a finished rollout's structured trace to `store`, as the recorder does without live rows."""
-    return await store.write(result.plan.run_id, session_rows(build_session_trace(result)))
+    """Write a finished rollout's rows to `store`, as the recorder does without live rows."""
+    return await store.write(result.plan.run_id, session_rows(result))
 
 
 def store_all(path: Path, *results: RolloutResult) -> Path:
@@ -33,11 +33,11 @@ def store_all(path: Path, *results: RolloutResult) -> Path:
 
 
 def load_session(path: Path, run_id: str) -> dict[str, Any]:
-    """The stored session of `run_id`, read through a read-only store."""
+    """The stored session of `run_id`, read through a reader."""
 
     async def read() -> dict[str, Any] | None:
-        async with TraceStore(path, readonly=True) as trace_store:
-            return await trace_store.get_session(run_id)
+        async with TraceReader(path) as reader:
+            return await reader.get_session(run_id)
 
     trace = asyncio.run(read())
     assert trace is not None

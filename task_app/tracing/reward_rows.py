@@ -96,7 +96,7 @@ def _event_reward(
 
 
 def outcome_reward(result: RolloutResult) -> dict[str, Any]:
-    """The rollout's outcome: total reward as a float (the seed truncated it), unlocks, env ops."""
+    """The rollout's outcome: total reward as a float (the old system truncated it), unlocks, env ops."""
     return {
         "total_reward": float(sum(episode.episode_return for episode in result.episodes)),
         "achievements_count": len(result.final_achievements),
