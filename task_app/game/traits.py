@@ -11,7 +11,7 @@ from .observation import SEMANTIC_IDS
 from .worlds import GameEnv
 
 TRAIT_RADIUS = 10
-# (name, min_trees, max_hostiles), first match wins; no match is "custom" (seed-behaviour §8).
+# (name, min_trees, max_hostiles), first match wins; no match is "custom", as in the old system (docs/contract.md).
 DIFFICULTY_BOUNDS: tuple[tuple[str, int, int], ...] = (("easy", 4, 0), ("medium", 2, 2), ("hard", 0, 5))
 
 
@@ -39,7 +39,7 @@ def world_traits(env: GameEnv, radius: int = TRAIT_RADIUS) -> WorldTraits:
     """Trees (map material) and creatures (objects) within Manhattan `radius` of the player."""
     player = env.player
     px, py = int(player.pos[0]), int(player.pos[1])
-    semantic = env._sem_view()
+    semantic = env.semantic()
     xs, ys = np.indices(semantic.shape)
     near = (np.abs(xs - px) + np.abs(ys - py)) <= radius
     near[px, py] = False
