@@ -1,4 +1,4 @@
-"""The Crafter task app on Modal: `modal deploy modal_app.py` (the README's deploy section: calling, tuning).
+"""The Crafter task app on Modal: `modal deploy modal_app.py` (docs/modal.md: calling, tuning).
 
     image   debian_slim(3.11) ─ uv pip install <pyproject dependencies> ─ numba cache warmed at build
             ─ env: the deploy knobs below + TASKAPP_MAX_TIME_S, TASKAPP_MAX_CONCURRENT_ROLLOUTS,
@@ -9,9 +9,13 @@
     volume  /traces: one SQLite file per container, /traces/traces/<task id>.db
     dict    <state dict> (TASKAPP_STATE_BACKEND=modal-dict:<name>): env sessions, shared by every container
     class   CrafterTaskApp: @modal.concurrent; enter(snap=True) imports and JIT-compiles before the memory
-            snapshot; the asgi_app factory runs after restore, so the container's task id, secrets and
+            snapshot; the asgi_app factories run after restore, so the container's task id, secrets and
             settings are the live ones; `run_accepted`, a method started with `.spawn()` for each run
             POST /rollouts accepts, so Modal counts the run as an input of the app (see `spawner`).
+    web     two endpoints of the one class, so one container serves both over one state: `fastapi_app`
+            (https://<workspace>--<label>.modal.run, the app, MCP at /mcp included) and `ors_app`
+            (https://<workspace>--<label>-ors.modal.run, the Open Reward Standard at the root of its own
+            URL, as the openreward client needs; a view of the same app's state, key and caps).
 
 Deploy-time knobs are environment variables of the deploying shell (TASKAPP_MODAL_*, see `DeployConfig`).
 They are also written into the image environment, so this module evaluates to the same objects (the
@@ -102,7 +106,7 @@ class DeployConfig:
     max_containers: int = 10
     buffer_containers: int = 0
     scaledown_window_s: int = 300
-    # Sized for models of 1-5 s a call (README, "Concurrency, containers"; the 200 ms profile there is 64/32).
+    # Sized for models of 1-5 s a call (docs/modal.md; docs/performance.md has a fast model's profile, 64/96).
     max_inputs: int = 512  # concurrent requests (rollouts + health/info calls) per container
     target_inputs: int = 256  # what the autoscaler aims for; bursts go up to max_inputs
     cpu: float = 1.0  # physical cores (2 vCPUs): the event loop, and the worker thread beside it
@@ -236,6 +240,11 @@ def build_secrets(config: DeployConfig) -> list[modal.Secret]:
     for vendor in config.vendors:
         secrets.append(modal.Secret.from_name(names[vendor], required_keys=[VENDOR_KEYS[vendor]]))
     return secrets
+
+
+def ors_label(config: DeployConfig) -> str:
+    """The ORS endpoint's label: the app's, suffixed (its URL https://<workspace>--<label>-ors.modal.run)."""
+    return f"{config.label}-ors"
 
 
 CONFIG = DeployConfig.from_environ()
@@ -389,15 +398,27 @@ class CrafterTaskApp:
     def warm(self) -> None:
         warm_up()
 
+    def _web_app(self) -> FastAPI:
+        """The container's one app, built by whichever endpoint's factory Modal calls first."""
+        if getattr(self, "web_app", None) is None:
+            # Outside a Modal container (`.local()`) there is no volume to commit and nothing to spawn on:
+            # accepted runs then run in this process.
+            if modal.is_local():
+                self.web_app = build_app()
+            else:
+                self.web_app = build_app(traces_volume.commit.aio, spawner(self.run_accepted))
+        return self.web_app
+
     @modal.asgi_app(label=CONFIG.label)
     def fastapi_app(self) -> FastAPI:
-        # Outside a Modal container (`.local()`) there is no volume to commit and nothing to spawn on:
-        # accepted runs then run in this process.
-        if modal.is_local():
-            self.web_app = build_app()
-        else:
-            self.web_app = build_app(traces_volume.commit.aio, spawner(self.run_accepted))
-        return self.web_app
+        return self._web_app()
+
+    @modal.asgi_app(label=ors_label(CONFIG))
+    def ors_app(self) -> FastAPI:
+        """The Open Reward Standard on the app's state: no lifespan of its own (Modal starts the app's)."""
+        from task_app.web.ors import create_ors_app
+
+        return create_ors_app(self._web_app())
 
     @modal.method()
     async def run_accepted(self, run_id: str, attempt: int) -> None:

@@ -274,7 +274,7 @@ def run_phase(phase: Phase, repetitions: int, bench: str = BENCH, **settings: An
 def run(repetitions: int, quick: bool) -> list[Figure]:
     """The targets' phases (repeated seeds; new seeds with 1 and 2 app processes), then two without
     targets that the Modal sizing reads: half the concurrency at 200 ms, and 64 rollouts at a 1 s model
-    (the README, "Concurrency, containers")."""
+    (docs/performance.md, "Sizing a container")."""
     decisions = 10 if quick else 20
     phases = [
         Phase(64, 20, 200),

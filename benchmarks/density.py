@@ -7,7 +7,7 @@ event-loop lag inside the server, the server's RSS peak, failed rollouts, and th
 generator (this process) and of the fake model, which must stay far from a core each so that what
 is measured is the server. Run with 1 app process and with 2 (`task-app serve --processes 2`). The
 server's rollout cap and its pool of connections to the model are raised to the load (the defaults
-are sized for one Modal container; the README, "Concurrency, containers").
+are sized for one Modal container: docs/modal.md).
 """
 
 from __future__ import annotations

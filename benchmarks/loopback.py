@@ -30,7 +30,7 @@ def serve_on_loopback(app: Any, *, announce: dict[str, Any] | None = None, **opt
     config = uvicorn.Config(app, **{**defaults, **options})
     try:
         if config.workers > 1:
-            serve_processes(config, sock)
+            serve_processes(config, [sock])
         else:
             uvicorn.Server(config).run(sockets=[sock])
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on

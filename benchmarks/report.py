@@ -1,7 +1,9 @@
-"""Figures, their targets, the rich table and the JSON files under benchmarks/results/.
+"""Figures, their targets, the rich table, the JSON files under benchmarks/results/ and RESULTS.md.
 
 A `Figure` holds one value per repetition; the report shows their median (machines are shared and
-noisy, so one run proves little) next to every repetition's value and the target.
+noisy, so one run proves little) next to every repetition's value and the target. `results_page`
+turns a run's summary JSON into benchmarks/RESULTS.md, the committed page the docs include: dated,
+the machine described, each figure's median and spread, each target met or missed.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import operator
 import os
 import platform
 import statistics
+import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +26,8 @@ from rich.console import Console
 from rich.table import Table
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RESULTS_PAGE = Path(__file__).resolve().parent / "RESULTS.md"
+_SYMBOLS = {"<=": "≤", ">=": "≥"}
 _COMPARE: dict[str, Callable[[float, float], bool]] = {"<=": operator.le, ">=": operator.ge}
 
 
@@ -51,6 +56,7 @@ class Figure:
         return {
             "label": self.label,
             "unit": self.unit,
+            "digits": self.digits,
             "median": round(self.median, 6),
             "values": [round(value, 6) for value in self.values],
             "repetitions": len(self.values),
@@ -72,12 +78,39 @@ def environment() -> dict[str, Any]:
             versions[package] = "missing"
     return {
         "created_at": datetime.now(UTC).isoformat(),
+        "commit": _commit(),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
+        "cpu_model": _proc_field("/proc/cpuinfo", "model name") or platform.processor() or "unknown",
         "cpu_count": os.cpu_count(),
+        "memory_gb": round(int((_proc_field("/proc/meminfo", "MemTotal") or "0 kB").split()[0]) / 1024**2, 1),
         "load_average": os.getloadavg(),
         "versions": versions,
     }
+
+
+def _proc_field(path: str, name: str) -> str | None:
+    """The value of the first `name: value` line of a /proc file (None off Linux)."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError:
+        return None
+    return next((line.split(":", 1)[1].strip() for line in lines if line.split(":", 1)[0].strip() == name), None)
+
+
+def _commit() -> str | None:
+    """The checkout's commit, with `-dirty` when it has uncommitted changes (None outside git)."""
+    try:
+        described = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=12"],
+            cwd=Path(__file__).resolve().parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return described.stdout.strip() or None
 
 
 def _fmt(value: float, digits: int) -> str:
@@ -129,7 +162,7 @@ def write_json(name: str, figures: Sequence[Figure], extra: dict[str, Any] | Non
 
 
 def markdown(figures: Sequence[Figure]) -> str:
-    """The figures as a README-ready markdown table."""
+    """The figures as a markdown table (results/summary.md)."""
     lines = ["| | figure | median | target | |", "|---|---|---:|---:|---|"]
     for figure in figures:
         target = "" if figure.target is None else f"{figure.target[0]} {_fmt(figure.target[1], figure.digits)}"
@@ -141,3 +174,57 @@ def markdown(figures: Sequence[Figure]) -> str:
 
 def console() -> Console:
     return Console(width=max(140, Console().width))
+
+
+def results_page(summary: dict[str, Any], titles: dict[str, str]) -> str:
+    """benchmarks/RESULTS.md from a run's summary JSON (`write_json("summary", ...)`'s body).
+
+    `titles` names each benchmark ("B1": "overhead"). The spread is the repetitions' range, also as a
+    share of the median: a figure that moves by less than its spread between two runs has not moved.
+    """
+    figures: dict[str, dict[str, Any]] = summary["figures"]
+    benches = sorted({key.split(".")[0] for key in figures}, key=lambda name: (len(name), name))
+    missed = [f"{key.split('.')[0]} {figure['label']}" for key, figure in figures.items() if figure["ok"] is False]
+    judged = [figure for figure in figures.values() if figure["ok"] is not None]
+    created = datetime.fromisoformat(summary["created_at"])
+    load = ", ".join(f"{value:.1f}" for value in summary["load_average"])
+    versions = ", ".join(f"{name} {version}" for name, version in summary["versions"].items())
+    repetitions = max((figure["repetitions"] for figure in figures.values()), default=0)
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Written by `python -m benchmarks` on {created:%Y-%m-%d %H:%M} UTC:"
+        f" a {'quick' if summary['quick'] else 'full'} run of {', '.join(benches)},"
+        f" medians of {repetitions} repetitions, {summary['elapsed_s'] / 60:.0f} min,"
+        f" code {summary.get('commit') or 'unknown'}.",
+        "",
+        f"- Machine: {summary.get('cpu_model', 'unknown')}, {summary['cpu_count']} CPUs,"
+        f" {summary.get('memory_gb', '?')} GB; load average {load} at the end.",
+        f"- Software: Python {summary['python']} on {summary['platform']}; {versions}.",
+        f"- Targets: {len(judged) - len(missed)} of {len(judged)} met"
+        + (f"; missed: {'; '.join(missed)}." if missed else "."),
+        "",
+        "The spread is the range of the repetitions (and that range as a share of the median).",
+    ]
+    for bench in benches:
+        lines += ["", f"## {bench} {titles.get(bench, '')}".rstrip(), ""]
+        lines += ["| figure | median | spread | target | |", "|---|---:|---:|---:|---|"]
+        for key, figure in figures.items():
+            if key.split(".")[0] == bench:
+                lines.append(_results_row(figure))
+    return "\n".join(lines) + "\n"
+
+
+def _results_row(figure: dict[str, Any]) -> str:
+    values, median, unit = figure["values"], figure["median"], figure["unit"]
+    digits = figure.get("digits", 2)
+    value = f"{_fmt(median, digits)} {unit}".strip()
+    spread = ""
+    if len(values) > 1:
+        low, high = min(values), max(values)
+        spread = f"{_fmt(low, digits)}-{_fmt(high, digits)}"
+        if median:
+            spread += f" ({(high - low) / abs(median):.0%})"
+    target = "" if figure["target"] is None else f"{_SYMBOLS[figure['target']['op']]} {figure['target']['limit']:g}"
+    verdict = {True: "met", False: "**missed**", None: ""}[figure["ok"]]
+    return f"| {figure['label']} | {value} | {spread} | {target} | {verdict} |"

@@ -15,15 +15,18 @@
 Every benchmark starts its own app server and fake model as separate processes on 127.0.0.1 and
 stops them. Figures are medians over `--repetitions` (default 3; `--quick` shrinks the workloads,
 not the repetitions). Prints one table, writes benchmarks/results/<B>.json per benchmark and
-benchmarks/results/summary.json (+ summary.md, the README table). Exit status 1 with `--check`
-when a target is missed. `--profile DIR` adds a py-spy flame graph (SVG) of each app server
-(py-spy is in the `dev` extra; it samples only the GIL holder, so idle waits are left out, and its
-sampling inflates the figures of that run).
+benchmarks/results/summary.json (+ summary.md), and, after a full run of every benchmark,
+benchmarks/RESULTS.md: the committed page the docs' performance page includes (`--results FILE`
+writes that page elsewhere, for any run). Exit status 1 with `--check` when a target is missed.
+`--profile DIR` adds a py-spy flame graph (SVG) of each app server (py-spy is in the `dev` extra; it
+samples only the GIL holder, so idle waits are left out, and its sampling inflates the figures of
+that run).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -31,7 +34,7 @@ from pathlib import Path
 
 from . import concurrency, density, fleet, memory, ops, overhead, payload, sessions, startup
 from .processes import PROFILE
-from .report import RESULTS_DIR, Figure, console, markdown, table, write_json
+from .report import RESULTS_DIR, RESULTS_PAGE, Figure, console, markdown, results_page, table, write_json
 
 SUITE: dict[str, tuple[str, Callable[[int, bool], list[Figure]]]] = {
     "B1": ("overhead", overhead.run),
@@ -56,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--profile-format", choices=("flamegraph", "raw"), default="flamegraph", help="raw: collapsed stacks"
     )
+    parser.add_argument(
+        "--results", type=Path, default=None, help="write the results page here (default: RESULTS.md after a full run)"
+    )
     args = parser.parse_args(argv)
     PROFILE.directory, PROFILE.format = args.profile, args.profile_format
     chosen = [name.strip().upper() for name in args.only.split(",") if name.strip()]
@@ -75,8 +81,14 @@ def main(argv: list[str] | None = None) -> int:
         out.print(table(produced, f"{name} {title} ({elapsed:.0f} s)"))
         figures += produced
     mode = "quick" if args.quick else "full"
-    write_json("summary", figures, {"quick": args.quick, "elapsed_s": round(time.perf_counter() - started, 1)})
+    elapsed_s = round(time.perf_counter() - started, 1)
+    summary = write_json("summary", figures, {"quick": args.quick, "elapsed_s": elapsed_s})
     (RESULTS_DIR / "summary.md").write_text(markdown(figures) + "\n")
+    page = args.results or (RESULTS_PAGE if not args.quick and set(chosen) == set(SUITE) else None)
+    if page is not None:
+        titles = {name: title for name, (title, _) in SUITE.items()}
+        page.write_text(results_page(json.loads(summary.read_text()), titles))
+        out.print(f"results page: {page}")
     out.print(table(figures, f"Summary ({mode}, medians of {args.repetitions} repetitions)"))
     out.print(f"results: {RESULTS_DIR}")
     missed = [f"{figure.bench} {figure.label}" for figure in figures if figure.ok is False]

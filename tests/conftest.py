@@ -172,7 +172,7 @@ def expect_error(response: httpx.Response, status: int, code: str) -> dict[str, 
 
 
 def assert_not_a_server_error(response: httpx.Response) -> None:
-    """A client mistake is never a 500 (CONTRACT.md §1); nothing these tests send is a server fault."""
+    """A client mistake is never a 500 (docs/contract.md, "Errors"); nothing these tests send is a server fault."""
     assert response.status_code != 500, response.read()
 
 

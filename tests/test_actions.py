@@ -1,4 +1,4 @@
-"""Tool-call normalisation (CONTRACT.md §5): every accepted shape, every rejection reported."""
+"""Tool-call normalisation (docs/contract.md, "The tool"): every accepted shape, every rejection reported."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ def _reasons(plan: Any) -> list[tuple[str, str]]:
 
 
 def test_action_ids_are_the_contracts() -> None:
-    """CONTRACT §5: the 17 actions by name and id (models send ids), crafter's 22 achievements."""
+    """docs/contract.md, "The environment": the 17 actions by name and id (models send ids), crafter's
+    22 achievements."""
     assert ACTIONS == (
         "noop",
         "move_left",

@@ -3,14 +3,17 @@ and expiry, auth on every route, restore fidelity and branch independence over H
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from typing import Any
 
 import httpx
 import pytest
-from conftest import AppServer
+from conftest import AppServer, wait_until
 from conftest import expect_error as error
+from websockets.exceptions import InvalidStatus
+from websockets.sync.client import connect
 
 from task_app.game import ACTIONS
 from task_app.service.taskset import OBSERVATION_KEYS
@@ -260,3 +263,133 @@ def test_branches_are_independent_copies(client: httpx.Client) -> None:
     assert len(positions) == 2  # different moves, different worlds: nothing is shared
     assert client.post("/terminate", json={"env_id": parent}).json() == {"ok": True}
     assert step(client, children[0], interact("noop"))["step_idx"] == answers[children[0]]["step_idx"] + 1
+
+
+# --- the OpenEnv doors without the OpenEnv client: header auth, the Task API, MCP over HTTP and WebSocket -----
+
+NOOPS = {"actions": ["noop"] * 4}
+
+
+def mint(client: httpx.Client, **body: Any) -> dict[str, Any]:
+    response = client.post("/openenv/tokens", json=body)
+    assert response.status_code == 200, response.text
+    token: dict[str, Any] = response.json()
+    return token
+
+
+def ws_url(base_url: str) -> str:
+    return base_url.replace("http://", "ws://") + "/ws"
+
+
+@pytest.fixture
+def short_episodes(make_app_server: Any) -> AppServer:
+    """Episodes of 20 crafter steps: 5 steps of 4 noops reach `done` (truncated)."""
+    server: AppServer = make_app_server(episode_length=20)
+    return server
+
+
+def test_the_header_door_needs_the_key_and_a_session(short_episodes: AppServer) -> None:
+    client, anonymous = short_episodes.client(), short_episodes.client(key=None)
+    for method, path in [
+        ("POST", "/reset"),
+        ("POST", "/step"),
+        ("GET", "/state"),
+        ("GET", "/health"),
+        ("POST", "/mcp"),
+        ("GET", "/list_environments"),
+        ("GET", "/crafter/splits"),
+    ]:
+        error(anonymous.request(method, f"/openenv{path}", content=b"{bad"), 401, "unauthorized")
+    with pytest.raises(InvalidStatus):
+        connect(ws_url(f"{short_episodes.base_url}/openenv"), open_timeout=5).close()
+    reset = client.post("/openenv/reset", json={"task_id": "crafter/train/8", "episode_id": "e1"}).json()
+    session_id = reset["metadata"]["session_id"]
+    error(client.post("/openenv/step", json={"action": NOOPS}), 422, "missing_session_id")
+    stepped = client.post("/openenv/step", json={"action": NOOPS, "session_id": session_id}).json()
+    assert stepped["metadata"]["step_count"] == 1 and stepped["observation"]["metadata"] == stepped["metadata"]
+    state = client.get("/openenv/state", params={"session_id": session_id}).json()
+    assert (state["step_count"], state["episode_id"], state["seed"]) == (1, "e1", 8)
+    error(client.get("/openenv/state", params={"session_id": "x" * 22}), 404, "session_not_found")
+    error(client.post("/openenv/reset", json={"task_id": "crafter/eval/256"}), 422, "task_index_out_of_range")
+
+
+def test_the_task_api_on_both_doors(client: httpx.Client) -> None:
+    token_base = mint(client)["base_url"]
+    with httpx.Client(trust_env=False) as plain:
+        for base, http in ((token_base, plain), (f"{str(client.base_url).rstrip('/')}/openenv", client)):
+            assert http.get(f"{base}/list_environments").json() == ["crafter"]
+            splits = http.get(f"{base}/crafter/splits").json()
+            assert [(split["name"], split["type"], split["num_tasks"]) for split in splits] == [
+                ("train", "train", 2**31 - 256),
+                ("eval", "test", 256),
+            ]
+            assert http.post(f"{base}/crafter/num_tasks", json={"split": "eval"}).json() == {"num_tasks": 256}
+            listed = http.post(f"{base}/crafter/tasks", json={"split": "eval"}).json()
+            assert len(listed["tasks"]) == 256 and listed["env_name"] == "crafter"
+            task = http.post(f"{base}/crafter/task", json={"split": "eval", "index": 17}).json()["task"]
+            assert task == listed["tasks"][17] and task["task_id"] == "crafter/eval/17"
+            assert task["seed"] == 2**31 - 256 + 17 and task["config"] == {"area": [64, 64], "length": 10000}
+            page = http.post(f"{base}/crafter/task_range", json={"split": "train", "start": 5, "stop": 8}).json()
+            assert [t["task_id"] for t in page["tasks"]] == ["crafter/train/5", "crafter/train/6", "crafter/train/7"]
+            tail = http.post(f"{base}/crafter/task_range", json={"split": "eval", "start": -2}).json()["tasks"]
+            assert [t["index"] for t in tail] == [254, 255]
+            error(http.get(f"{base}/minecraft/splits"), 404, "unknown_env")
+            error(
+                http.post(f"{base}/crafter/task", json={"split": "eval", "index": 256}), 422, "task_index_out_of_range"
+            )
+            error(http.post(f"{base}/crafter/num_tasks", json={"split": "dev"}), 422, "unknown_split")
+            error(http.post(f"{base}/crafter/task_range", json={"split": "train"}), 422, "too_many_tasks")
+            error(http.post(f"{base}/crafter/tasks", json={"split": "eval", "x": 1}), 422, "invalid_request")
+            error(http.post(f"{base}/crafter/tasks", content=b"{"), 400, "invalid_json")
+
+
+def test_mcp_over_http_and_the_websocket_frame(make_app_server: Any) -> None:
+    server: AppServer = make_app_server(episode_length=20, sessions_max_envs=2)
+    one, other = mint(server.client())["base_url"], mint(server.client())["base_url"]
+
+    def rpc(base: str, method: str, **params: Any) -> httpx.Response:
+        body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+        return httpx.post(f"{base}/mcp", json=body, trust_env=False, timeout=30)
+
+    session_id = rpc(one, "openenv/session/create", task_id="crafter/train/2").json()["result"]["session_id"]
+    called = rpc(one, "tools/call", name="interact_many", arguments={"actions": ["noop"]}, session_id=session_id)
+    result = called.json()["result"]
+    assert result["isError"] is False and result["structuredContent"]["seed"] == 2
+    assert result["content"][0]["text"].startswith("Ran: noop.")
+    foreign = rpc(other, "tools/call", name="observe", session_id=session_id).json()["error"]  # another token's
+    assert (foreign["code"], foreign["data"]["code"]) == (-32602, "session_not_found")
+    assert rpc(one, "tools/call", name="observe").json()["error"]["data"]["code"] == "missing_session_id"
+    assert rpc(one, "nope").json()["error"]["code"] == -32601
+    assert rpc(one, "openenv/session/create").status_code == 200  # the second of two envs
+    refused = rpc(one, "openenv/session/create")
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+    assert refused.json()["error"]["data"]["code"] == "too_many_envs"
+    assert rpc(one, "openenv/session/close", session_id=session_id).json()["result"]["closed"] is True
+    with connect(ws_url(one), open_timeout=5) as socket:  # a plain connection: its own game until a tool call
+
+        def ask(message: dict[str, Any]) -> dict[str, Any]:
+            socket.send(json.dumps(message))
+            reply: dict[str, Any] = json.loads(socket.recv(timeout=30))
+            return reply
+
+        ask({"type": "reset", "data": {"seed": 5}})
+        ask({"type": "step", "data": {"actions": ["noop", "noop"]}})
+        listed = ask({"type": "mcp", "data": {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}})
+        assert listed["type"] == "mcp" and len(listed["data"]["result"]["tools"]) == 5
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "observe"}}
+        observed = ask({"type": "mcp", "data": call})["data"]["result"]["structuredContent"]
+        assert (observed["seed"], observed["step_idx"], observed["step_count"]) == (5, 2, 1)  # the game moved along
+        assert ask({"type": "state"})["data"]["session_id"] == observed["session_id"]
+        tool_step = ask(
+            {
+                "type": "step",
+                "data": {"type": "call_tool", "tool_name": "interact_many", "arguments": {"actions": ["noop"]}},
+            }
+        )
+        assert tool_step["data"]["observation"]["tool_name"] == "interact_many" and tool_step["data"]["reward"] == 0
+        assert (
+            ask({"type": "step", "data": {"type": "list_tools"}})["data"]["observation"]["tools"][0]["name"] == "start"
+        )
+    wait_until(lambda: server.health()["sessions"]["websockets"] == 0)
+    with connect(ws_url(one) + "?session_id=" + "x" * 22, open_timeout=5) as unknown:
+        assert json.loads(unknown.recv(timeout=10))["data"]["code"] == "SESSION_ERROR"

@@ -16,10 +16,14 @@ import pytest
 from helpers import FakeClock, FakeModalDict, RecordedWorlds, game_state
 
 from task_app.core.errors import Conflict, Gone, InvalidRequest, NotFound, RateLimited
+from task_app.core.settings import Settings
+from task_app.core.tasks import EVAL_FIRST_SEED, Tasks
 from task_app.game import ACTIONS, Game, WorldFactory
 from task_app.sessions import EnvSessions, EnvSpec, SessionLimits
-from task_app.sessions.openenv import WsSession
+from task_app.sessions.openenv import WsConnection
+from task_app.sessions.openenv_mcp import Door
 from task_app.sessions.records import log_key
+from task_app.sessions.tools import KEY_SCOPE, ToolSessions
 from task_app.store import StateStore
 from task_app.store.memory import MemoryStore
 from task_app.store.modal_dict import ModalDictStore
@@ -285,14 +289,77 @@ async def test_replaced_and_evicted_worlds_are_freed_without_the_cycle_collector
 
 async def test_an_openenv_session_frees_its_worlds_without_the_cycle_collector(worlds: WorldFactory) -> None:
     recorded = RecordedWorlds(worlds)
-    session = WsSession(SPEC, recorded, SessionLimits(), inline)  # type: ignore[arg-type]
+    tools = tool_sessions(MemoryStore(), worlds)
+    session = WsConnection(SPEC, Door(KEY_SCOPE), tools, recorded, inline)  # type: ignore[arg-type]
     gc.disable()
     try:
         for seed in (3, 4):
             answer, _ = await session.handle(json.dumps({"type": "reset", "data": {"seed": seed}}))
             assert answer is not None and answer["type"] == "observation"
         assert recorded.made[0]() is None  # replaced by the second reset
-        session.close()  # the connection ended
+        await session.close()  # the connection ended
         assert len(recorded.made) == 2 and recorded.made[1]() is None
     finally:
         gc.enable()
+
+
+# --- the tool layer the standard doors share -------------------------------------------------------------
+
+
+def tool_sessions(store: StateStore, worlds: WorldFactory) -> ToolSessions:
+    settings = Settings(sessions_checkpoint_every=10, sessions_rate_per_s=1e6)
+    return ToolSessions(
+        EnvSessions(store, worlds, SessionLimits.from_settings(settings), tasks=Tasks(settings)), settings
+    )
+
+
+async def test_tools_play_an_episode_to_done_across_processes(worlds: WorldFactory, tmp_path: Path) -> None:
+    store = await SqliteStore(tmp_path / "state.db").open()
+    try:
+        first, second = tool_sessions(store, worlds), tool_sessions(store, worlds)  # two containers, one store
+        names = [tool["name"] for tool in first.tool_list()]
+        assert names == ["start", "interact_many", "observe", "snapshot", "restore"]
+        interact = first.tool_list()[1]["inputSchema"]
+        assert interact["required"] == ["actions"] and interact["properties"]["actions"]["maxItems"] == 8
+        session_id, view = await first.open("key", task_id="crafter/eval/3", config={"length": 12})
+        assert (view.task_id, view.seed) == ("crafter/eval/3", EVAL_FIRST_SEED + 3)
+        result = await first.call("key", session_id, "interact_many", {"actions": ["move_left", "dance"]})
+        assert result.data["actions"] == ["move_left"] and result.data["rejected"][0]["item"] == "dance"
+        assert "Rejected: dance" in result.text and result.data["step_count"] == 1
+        saved = await second.call("key", session_id, "snapshot", {})  # the other process serves the session
+        at_snapshot = saved.data["step_idx"]
+        assert (await second.call("key", session_id, "interact_many", {"actions": ["noop"] * 3})).data[
+            "step_count"
+        ] == 2
+        restored = await first.call("key", session_id, "restore", {"snapshot_id": saved.data["snapshot_id"]})
+        assert restored.data["step_idx"] == at_snapshot and restored.data["env_id"] != saved.data["env_id"]
+        steps = 0
+        while not result.done:
+            result = await (first, second)[steps % 2].call(
+                "key", session_id, "interact_many", {"actions": ["noop"] * 4}
+            )
+            steps += 1
+        assert result.done and result.data["truncated"] and "The episode is over" in result.text
+        over = await first.call("key", session_id, "interact_many", {"actions": ["noop"]})
+        assert over.data["episode_over"] and over.reward == 0
+        started = await second.call("key", session_id, "start", {"task_id": "crafter/train/5"})
+        assert (started.data["seed"], started.data["episode"], started.done) == (5, 2, False)
+        assert started.mcp()["data"]["task_id"] == "crafter/train/5"
+        assert started.mcp()["content"][0]["text"].startswith("Episode 2 started: crafter/train/5.")
+        with pytest.raises(NotFound):
+            await first.call("token:other", session_id, "observe", {})  # another scope's session
+        with pytest.raises(InvalidRequest) as bad:
+            await first.call("key", session_id, "fly", {})
+        assert bad.value.code == "unknown_tool"
+        for arguments in ({"actions": []}, {"actions": "noop"}, {"actions": ["noop"], "x": 1}, None):
+            with pytest.raises(InvalidRequest) as bad:
+                await first.call("key", session_id, "interact_many", arguments)
+            assert bad.value.code == "invalid_tool_arguments"
+        with pytest.raises(InvalidRequest) as bad:
+            await first.call("key", session_id, "start", {"task_id": "crafter/eval/3", "seed": 3})
+        assert bad.value.code == "task_seed_mismatch"
+        await second.close("key", session_id)
+        with pytest.raises(NotFound):
+            await first.call("key", session_id, "observe", {})
+    finally:
+        await store.close()

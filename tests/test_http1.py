@@ -11,20 +11,21 @@ from __future__ import annotations
 import asyncio
 import gc
 import ipaddress
+import socket
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
-from yarl import URL
 
 from task_app.core import http1
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.e2e]  # loopback asyncio servers in this process
 
 LIMITS = http1.Limits(connect_s=5.0, read_s=5.0, total_s=10.0, max_bytes=10_000, error_bytes=64)
 
@@ -49,7 +50,7 @@ Respond = Callable[[Request, asyncio.StreamWriter], Awaitable[bool]]
 
 @dataclass
 class Server:
-    url: URL
+    url: http1.Target
     requests: list[Request] = field(default_factory=list)
     connections: int = 0
     open_now: int = 0
@@ -101,7 +102,7 @@ async def serving(respond: Respond, tls: ssl.SSLContext | None = None) -> AsyncI
 
     listener = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=tls)
     port = listener.sockets[0].getsockname()[1]
-    server = Server(URL(f"{'https' if tls else 'http'}://127.0.0.1:{port}/v1/chat/completions?x=1"))
+    server = Server(http1.parse(f"{'https' if tls else 'http'}://127.0.0.1:{port}/v1/chat/completions?x=1"))
     async with listener:
         yield server
         listener.close()
@@ -142,7 +143,7 @@ async def test_several_posts_share_one_connection() -> None:
     assert server.connections == 1 and len(server.requests) == 3
     first = server.requests[0]
     assert first.head[0] == "POST /v1/chat/completions?x=1 HTTP/1.1"
-    assert first.header("host") == server.url.authority
+    assert first.header("host") == f"127.0.0.1:{server.url.port}"
     assert first.header("content-length") == "8" and first.header("content-type") == "application/json"
     assert first.header("user-agent") == http1.USER_AGENT
 
@@ -449,3 +450,226 @@ async def test_https_to_an_untrusted_certificate_is_a_connect_failure(tmp_path: 
         failed = await failure(p, server)
     assert failed.kind == http1.CONNECT and "CERTIFICATE_VERIFY_FAILED" in str(failed)
     assert server.requests == []
+
+
+# --- connecting: Happy Eyeballs, connect timeout ------------------------------------------------------
+
+
+@contextmanager
+def blackhole() -> Iterator[tuple[str, int]]:
+    """A loopback address whose connects hang, as an unreachable host's do: a listener that never
+    accepts, its backlog filled (further SYNs are dropped)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    address = listener.getsockname()
+    held: list[socket.socket] = []
+    try:
+        while True:
+            client = socket.socket()
+            client.settimeout(0.2)
+            try:
+                client.connect(address)
+            except TimeoutError:
+                client.close()
+                break
+            held.append(client)
+        yield address
+    finally:
+        for client in held:
+            client.close()
+        listener.close()
+
+
+def resolving(monkeypatch: pytest.MonkeyPatch, name: str, *addresses: tuple[str, int]) -> None:
+    """`name` resolves to `addresses` (IPv4 socket addresses), in this order, on the running loop: a
+    stand-in for DNS, which no test may touch (the ports let two loopback listeners be two hosts)."""
+    loop = asyncio.get_running_loop()
+    real = loop.getaddrinfo
+
+    async def getaddrinfo(host: Any, port: Any, **kwargs: Any) -> list[Any]:
+        if host != name:
+            return await real(host, port, **kwargs)
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", address) for address in addresses]
+
+    monkeypatch.setattr(loop, "getaddrinfo", getaddrinfo)
+
+
+async def test_happy_eyeballs_moves_on_from_an_address_that_does_not_answer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first address hangs; the second is tried after HAPPY_EYEBALLS_DELAY_S, not after the connect
+    timeout (which would fail the call: one address at a time, the whole 5 s go to the first)."""
+    async with serving(replying(answer(b"second address"))) as server, pool() as p:
+        with blackhole() as hanging:
+            resolving(monkeypatch, "two-addresses.test", hanging, ("127.0.0.1", server.url.port))
+            target = http1.parse(f"http://two-addresses.test:{server.url.port}/v1/chat/completions")
+            started = time.monotonic()
+            reply = await p.post(target, b"{}", {}, LIMITS)
+            took = time.monotonic() - started
+    assert reply.body == b"second address" and server.connections == 1
+    assert server.requests[0].header("host") == f"two-addresses.test:{server.url.port}"
+    assert http1.HAPPY_EYEBALLS_DELAY_S <= took < LIMITS.connect_s / 2
+
+
+async def test_connecting_to_an_address_that_does_not_answer_is_bounded_by_connect_s() -> None:
+    limits = http1.Limits(connect_s=0.3, read_s=5.0, total_s=10.0, max_bytes=10_000, error_bytes=64)
+    with blackhole() as (host, port):
+        async with pool() as p:
+            started = time.monotonic()
+            with pytest.raises(http1.Failure) as caught:
+                await p.post(http1.parse(f"http://{host}:{port}/"), b"{}", {}, limits)
+    assert caught.value.kind == http1.TIMEOUT and 0.25 < time.monotonic() - started < 2.0
+
+
+# --- idle expiry --------------------------------------------------------------------------------------
+
+
+async def test_an_idle_connection_is_closed_after_keepalive_s() -> None:
+    async with serving(replying(answer())) as server, pool() as p:
+        p.keepalive_s = 0.2
+        await post(p, server)
+        assert (p.open, p.idle, server.open_now) == (1, 1, 1)
+        await asyncio.sleep(0.1)
+        await post(p, server)  # reused: idle for less than keepalive_s
+        assert server.connections == 1
+        await asyncio.sleep(0.5)  # the sweep closes it without waiting for another request
+        assert (p.open, p.idle, server.open_now) == (0, 0, 0)
+        await post(p, server)
+    assert server.connections == 2
+
+
+async def test_an_expired_connection_is_not_reused_even_before_the_sweep() -> None:
+    async with serving(replying(answer())) as server, pool() as p:
+        await post(p, server)
+        p.keepalive_s = 0.0  # expired at once; the sweep is scheduled for the old keepalive_s
+        await post(p, server)
+    assert server.connections == 2
+
+
+# --- large bodies -------------------------------------------------------------------------------------
+
+
+async def test_large_request_and_answer_bodies_arrive_whole() -> None:
+    async def echo(request: Request, writer: asyncio.StreamWriter) -> bool:
+        writer.write(answer(request.body[::-1]))
+        await writer.drain()
+        return True
+
+    content = bytes(range(256)) * (16 * 1024)  # 4 MiB
+    limits = http1.Limits(5.0, 5.0, 20.0, max_bytes=len(content), error_bytes=64)
+    async with serving(echo) as server, pool() as p:
+        for _ in range(2):
+            assert (await post(p, server, content, limits)).body == content[::-1]
+    assert server.connections == 1
+
+
+# --- streams ------------------------------------------------------------------------------------------
+
+
+async def read_all(streamed: http1.Streamed) -> list[bytes]:
+    chunks = []
+    while (chunk := await streamed.next_chunk()) is not None:
+        chunks.append(chunk)
+    return chunks
+
+
+async def stream(p: http1.Pool, server: Server, limits: http1.Limits = LIMITS) -> http1.Streamed:
+    return await p.stream(server.url, b"{}", {"Accept": "text/event-stream"}, limits)
+
+
+async def test_a_stream_yields_chunks_as_they_arrive_and_keeps_the_connection() -> None:
+    second = asyncio.Event()
+
+    async def events(request: Request, writer: asyncio.StreamWriter) -> bool:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        writer.write(b"7\r\ndata: 1\r\n")
+        await writer.drain()
+        await second.wait()  # the test has read the first event before the second is sent
+        second.clear()
+        writer.write(b"7\r\ndata: 2\r\n0\r\n\r\n")
+        return True
+
+    async with serving(events) as server, pool() as p:
+        for _ in range(2):
+            streamed = await stream(p, server)
+            assert streamed.status == 200 and streamed.headers["content-type"] == "text/event-stream"
+            assert await streamed.next_chunk() == b"data: 1"
+            second.set()
+            assert b"".join(await read_all(streamed)) == b"data: 2"
+            streamed.close()
+            streamed.close()  # idempotent
+    assert server.connections == 1 and len(server.requests) == 2
+
+
+async def test_a_stream_closed_before_its_end_drops_the_connection() -> None:
+    async with serving(replying(answer(b"x" * 100), delay_s=0.01)) as server, pool() as p:
+        streamed = await stream(p, server)
+        streamed.close()
+        assert (await post(p, server)).body == b"x" * 100
+    assert server.connections == 2
+
+
+async def test_a_stream_that_breaks_off_is_a_transport_failure() -> None:
+    cut = (b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n", b"data: partial\n\n")
+    async with serving(replying(*cut, keep=False, delay_s=0.01)) as server, pool() as p:
+        streamed = await stream(p, server)
+        with pytest.raises(http1.Failure) as caught:
+            await read_all(streamed)
+        streamed.close()
+    assert caught.value.kind == http1.TRANSPORT
+
+
+HEAD_CHUNKED = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("chunks", "limits", "says"),
+    [
+        (  # three events, then silence
+            3,
+            http1.Limits(connect_s=1.0, read_s=0.2, total_s=5.0, max_bytes=0, error_bytes=0),
+            "nothing read for 0.2 s",
+        ),
+        (  # an event every 50 ms: no read is late, the whole stream is
+            100,
+            http1.Limits(connect_s=1.0, read_s=5.0, total_s=0.3, max_bytes=0, error_bytes=0),
+            "within 0.3 s",
+        ),
+    ],
+    ids=["read", "total"],
+)
+async def test_a_stream_body_is_bounded_by_read_s_and_total_s(chunks: int, limits: http1.Limits, says: str) -> None:
+    drip = (HEAD_CHUNKED, *(b"1\r\nx\r\n" for _ in range(chunks)))
+    async with serving(replying(*drip, delay_s=0.05)) as server, pool() as p:
+        streamed = await stream(p, server, limits)
+        with pytest.raises(http1.Failure) as caught:
+            await read_all(streamed)
+        streamed.close()
+    assert caught.value.kind == http1.TIMEOUT and says in str(caught.value)
+
+
+async def test_a_slow_reader_pauses_the_server_without_timing_out() -> None:
+    """Unread bytes are bounded: past a high-water mark the socket is not read, so the server's writes
+    wait; the reader's own slowness never counts as the server's silence (read_s)."""
+    body = bytes(range(256)) * (64 * 1024)  # 16 MiB, more than the loopback socket buffers hold
+    written = asyncio.Event()
+
+    async def large(request: Request, writer: asyncio.StreamWriter) -> bool:
+        writer.write(f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        await writer.drain()
+        written.set()
+        return True
+
+    limits = http1.Limits(connect_s=1.0, read_s=0.2, total_s=10.0, max_bytes=0, error_bytes=0)
+    async with serving(large) as server, pool() as p:
+        streamed = await stream(p, server, limits)
+        first = await streamed.next_chunk()
+        await asyncio.sleep(0.6)  # three read limits long
+        assert not written.is_set()  # the server is held back
+        rest = await read_all(streamed)
+        streamed.close()
+        assert written.is_set()
+        assert (first or b"") + b"".join(rest) == body
+        again = await stream(p, server, limits)
+        assert len(b"".join(await read_all(again))) == len(body)
+        again.close()
+    assert server.connections == 1  # a stream read to its end gives its connection back

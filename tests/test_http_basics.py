@@ -224,13 +224,13 @@ def test_task_info_without_seeds_describes_the_taskset(client: httpx.Client) -> 
     body = response.json()
     shape = _sample("task_info_no_seed.shape.json")["body"]
     assert set(body) == set(shape) == {"taskset"}
-    assert set(body["taskset"]) == set(shape["taskset"])
+    assert set(body["taskset"]) == set(shape["taskset"]) | {"task_id_format", "task_splits"}  # + splits (docs/tasks.md)
     assert body["taskset"]["config"] == {"area": [64, 64], "length": 10_000}
 
 
 def _check_task_info(info: dict[str, Any], seed: int) -> None:
     shape = _sample("task_info_seed1.shape.json")
-    assert set(info) == set(shape)
+    assert set(info) == set(shape) | {"task_id"}  # + the task the seed is (docs/tasks.md)
     for key in ("dataset", "rubric", "inference", "limits", "action_space", "observation"):
         assert set(info[key]) >= set(shape[key]), key
     assert info["dataset"]["seed"] == info["dataset"]["config"]["seed"] == info["observation"]["seed"] == seed

@@ -15,7 +15,7 @@ import pytest
 import task_app
 
 PACKAGE = Path(task_app.__file__).parent
-README = PACKAGE.parent / "README.md"
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 
 
 def _module_name(path: Path) -> str:
@@ -91,14 +91,14 @@ def test_the_walker_resolves_every_form_of_import() -> None:
 
 
 @pytest.mark.parametrize("layer", task_app.LAYERS)
-def test_readme_architecture_lists_every_module(layer: str) -> None:
-    """The README's architecture tree names every module of every layer, under its layer's folder."""
-    text = README.read_text(encoding="utf-8")
-    tree = re.search(r"## Architecture\n.*?```\n(.*?)```", text, re.S)
+def test_the_architecture_page_lists_every_module(layer: str) -> None:
+    """The module tree of docs/architecture.md names every module of every layer, under its layer's folder."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    tree = re.search(r"## The module tree\n.*?```text\n(.*?)```", text, re.S)
     assert tree is not None
     block = tree.group(1)
     section = re.search(rf"^  {layer}/(.*?)(?=^  \w+/|\Z)", block, re.S | re.M)
-    assert section is not None, f"{layer}/ is missing from the README's architecture tree"
+    assert section is not None, f"{layer}/ is missing from the architecture page's module tree"
     names = {path.stem for path in (PACKAGE / layer).rglob("*.py") if path.name != "__init__.py"}
     missing = sorted(name for name in names if not re.search(rf"\b{name}\b", section.group(1)))
     assert missing == []

@@ -63,7 +63,7 @@ def _import_modal_app(name: str = "modal_app") -> Any:
 
 
 modal_app = _import_modal_app()
-README = ROOT / "README.md"
+DEPLOY_PAGE = ROOT / "docs" / "modal.md"
 # What a wheel of the package carries (CI installs one and runs the demo): its modules and its package data.
 PACKAGE_DATA_DIRS = ("task_app/data/rubrics", "task_app/inspection/templates")
 PACKAGE_FILES = sorted(
@@ -76,11 +76,8 @@ PACKAGE_FILES = sorted(
 
 
 def deploy_section() -> str:
-    """The README's deploy section: what a user with a Modal account reads."""
-    text = README.read_text()
-    start = text.index("## Deploying on Modal")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end != -1 else None]
+    """The docs' deploy page: what a user with a Modal account reads."""
+    return DEPLOY_PAGE.read_text()
 
 
 OPENAI_KEY = "sk-proj-Zx8CvBnMqWeRtYuI"
@@ -234,7 +231,7 @@ def test_function_info_shows_resources_secrets_volume_and_concurrency() -> None:
         "modal.Secret.from_name('openai-api-key')",
         "modal.Secret.from_name('groq-api-key')",
     ]
-    assert info.method_names == ["fastapi_app", "run_accepted"]
+    assert info.method_names == ["fastapi_app", "ors_app", "run_accepted"]
 
 
 def test_deploy_request_carries_autoscaling_snapshot_and_label() -> None:
@@ -256,6 +253,9 @@ def test_deploy_request_carries_autoscaling_snapshot_and_label() -> None:
     webhook = function.method_definitions["fastapi_app"].webhook_config
     assert webhook.type == api_pb2.WEBHOOK_TYPE_ASGI_APP
     assert webhook.requested_suffix == config.label == "grpo-crafter-task-app"
+    ors = function.method_definitions["ors_app"].webhook_config  # the second endpoint: its own URL
+    assert ors.type == api_pb2.WEBHOOK_TYPE_ASGI_APP
+    assert ors.requested_suffix == modal_app.ors_label(config) == "grpo-crafter-task-app-ors"
     assert [(mount.mount_path, mount.allow_background_commits) for mount in function.volume_mounts] == [
         ("/traces", True)
     ]
@@ -626,7 +626,7 @@ def run_accepted_body() -> Any:
 def test_run_accepted_is_a_plain_async_method_of_the_class() -> None:
     info = modal_app.CrafterTaskApp().run_accepted.info()
     assert info.web_info is None and info.max_retries is None  # an input; a failure is not re-run by Modal
-    assert set(info.method_details) == {"fastapi_app"}  # the one web endpoint
+    assert set(info.method_details) == {"fastapi_app", "ors_app"}  # the web endpoints
     assert inspect.iscoroutinefunction(run_accepted_body())
     with fresh_modal_app() as module:
         function, _ = function_create_request(module)
@@ -709,6 +709,29 @@ async def test_a_spawned_call_runs_the_accepted_run_on_another_container(contain
         await method(SimpleNamespace(web_app=running), *calls.calls[1])
         late = (await b.get(f"/runs/{aborted['run_id']}/result")).json()
         assert late["aborted"] is True and late["metrics"]["num_steps"] == 0
+
+
+@pytest.mark.anyio
+async def test_the_ors_endpoint_serves_the_same_container_state(containers: Any) -> None:
+    """Both endpoints' factories, as a container calls them: one app built, ORS a view of its state."""
+    containers()  # the image's environment, a fake Dict
+    user_cls = synchronizer._translate_in(modal_app.CrafterTaskApp)._user_cls
+    instance = user_cls()
+    factories = {name: synchronizer._translate_in(user_cls.__dict__[name]).raw_f for name in ("ors_app", "fastapi_app")}
+    ors_app = factories["ors_app"](instance)  # Modal may call either factory first
+    web_app = factories["fastapi_app"](instance)
+    assert ors_app.state.main is web_app is instance.web_app
+    async with serving(web_app) as (main,):
+        ors = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=ors_app), base_url="http://ors", headers={"X-API-Key": TEST_KEY}
+        )
+        async with ors:
+            created = await ors.post("/create_session")
+            sid = created.text.split("event: task_id\ndata: ")[1].split("\n")[0]
+            answer = await ors.post("/create", json={"split": "train", "index": 4}, headers={"X-Session-ID": sid})
+            assert answer.json() == {"sid": sid}
+            assert (await main.get("/health")).json()["sessions"]["created"] == 1  # on the app's env sessions
+            assert (await ors.get("/tools", headers={"X-API-Key": "wrong"})).status_code == 401
 
 
 @pytest.mark.anyio

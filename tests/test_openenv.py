@@ -9,11 +9,15 @@ import copy
 import json
 import time
 from datetime import UTC, datetime
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+
+pytest.importorskip("openenv", reason="the OpenEnv client runs in its own virtualenv: .ci/openenv")
+
 from conftest import TEST_KEY, AppServer, server_process
 from conftest import expect_error as error
 from openenv.cli._validation import validate_running_environment
@@ -63,7 +67,7 @@ def test_the_openenv_client_plays_the_same_episode_as_the_step_api(client: httpx
         ).json()
         over_http.append(answer["observation"]["text"])
     assert [text for text, *_ in over_ws[:-1]] == over_http
-    assert over_ws[-1] == (sum(len(actions) for actions in moves), 17)
+    assert over_ws[-1] == (len(moves), 17)  # step_count: step calls, not crafter steps
 
 
 def test_openenv_runtime_validation_passes(client: httpx.Client) -> None:
@@ -85,7 +89,8 @@ def test_openenv_http_routes_drive_the_tokens_env(client: httpx.Client) -> None:
         }
         error(plain.post(f"{base}/step", json={"action": {"actions": ["noop"]}}), 409, "not_reset")
         reset = plain.post(f"{base}/reset", json={}).json()
-        assert set(reset) == {"observation", "reward", "done"} and reset["reward"] is None
+        assert set(reset) == {"observation", "reward", "done", "metadata"} and reset["reward"] is None
+        assert reset["metadata"]["task_id"] == "crafter/train/4" and reset["metadata"]["session_id"]
         stepped = plain.post(f"{base}/step", json={"action": {"actions": ["move_left", "bogus"]}}).json()
         assert stepped["observation"]["actions"] == ["move_left"]
         assert stepped["observation"]["rejected"] == [{"item": "bogus", "reason": "unknown action"}]
@@ -100,7 +105,7 @@ def test_openenv_http_routes_drive_the_tokens_env(client: httpx.Client) -> None:
         assert set(plain.get(f"{base}/schema").json()) == {"action", "observation", "state"}
         assert plain.post(f"{base}/mcp", json={}).json()["error"]["code"] == -32600
         tools = plain.post(f"{base}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).json()
-        assert tools["result"]["tools"][0]["name"] == "interact_many"
+        assert [tool["name"] for tool in tools["result"]["tools"]][:2] == ["start", "interact_many"]
 
 
 def test_tokens_expire_are_revocable_and_stand_for_nothing_else(client: httpx.Client, app_server: AppServer) -> None:
@@ -179,10 +184,95 @@ def test_http_sessions_span_processes_and_tokens_stay_out_of_logs(tmp_path: Path
         with httpx.Client(trust_env=False) as plain:
             plain.post(f"{on_first}/reset", json={})
             plain.post(f"{on_second}/step", json={"action": {"actions": ["noop", "noop"]}})
-            assert plain.get(f"{on_first}/state").json()["step_count"] == 2  # one env, served by both
+            assert plain.get(f"{on_first}/state").json()["step_count"] == 1  # one env, served by both
         asyncio.run(play_over_websocket(on_second, 3, [["noop"]]))
+        with first.client() as a, second.client() as b:  # a session of the header door, and its tools
+            reset = a.post("/openenv/reset", json={"task_id": "crafter/eval/1"}).json()
+            session_id = reset["metadata"]["session_id"]
+            b.post("/openenv/step", json={"action": {"actions": ["noop"]}, "session_id": session_id})
+            assert a.get("/openenv/state", params={"session_id": session_id}).json()["step_count"] == 1
+            call = {"name": "interact_many", "arguments": {"actions": ["noop"]}, "session_id": session_id}
+            answer = b.post("/openenv/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": call})
+            assert answer.json()["result"]["structuredContent"]["step_count"] == 2
         logs = [server.log_path for server in (first, second)]
     text = "\n".join(path.read_text() for path in logs)
     assert "/openenv/t/***/reset" in text and "/openenv/t/***/ws" in text  # the access log is on...
     assert token["token"] not in text and token["token"][:12] not in text  # ...and holds no token
     assert TEST_KEY not in text
+
+
+# --- the current doors: header auth, MCP, the Task API (openenv 0.10 and 0.4.1 clients) ---------------------
+
+OPENENV = tuple(int(part) for part in version("openenv").split(".")[:2])
+headers_client = pytest.mark.skipif(OPENENV < (0, 9), reason="EnvClient(headers=...) arrived in openenv 0.9")
+NOOPS = {"actions": ["noop"] * 4}
+
+
+@pytest.fixture
+def short_episodes(make_app_server: Any) -> AppServer:
+    """Episodes of 20 crafter steps: 5 steps of 4 noops reach `done` (truncated)."""
+    server: AppServer = make_app_server(episode_length=20)
+    return server
+
+
+def play_to_done_sync(env: Any) -> list[Any]:
+    result = env.reset(task_id="crafter/eval/4", episode_id="ep-sync")
+    seen = [result.metadata["task_id"]]
+    while not result.done:
+        result = env.step(NOOPS)
+    state = env.state()
+    return [*seen, state["step_count"], state["episode_id"], result.metadata["step_count"]]
+
+
+@headers_client
+def test_the_openenv_client_plays_to_done_with_the_key_in_a_header(short_episodes: AppServer) -> None:
+    base = f"{short_episodes.base_url}/openenv"
+
+    async def play() -> list[Any]:
+        async with GenericEnvClient(base_url=base, headers={"X-API-Key": TEST_KEY}) as env:
+            result = await env.reset(seed=3, episode_id="ep-async")
+            steps = 0
+            while not result.done:
+                result = await env.step({"actions": ["move_left", "bogus", "noop", "noop", "noop"]})
+                steps += 1
+            state = await env.state()
+            rejected = result.metadata["rejected"]
+            return [steps, state["step_count"], state["episode_id"], state["task_id"], rejected]
+
+    assert asyncio.run(play()) == [5, 5, "ep-async", "crafter/train/3", [{"item": "bogus", "reason": "unknown action"}]]
+    with GenericEnvClient(base_url=base, headers={"Authorization": f"Bearer {TEST_KEY}"}).sync() as env:
+        assert play_to_done_sync(env) == ["crafter/eval/4", 5, "ep-sync", 5]
+    with pytest.raises(ConnectionError, match="403"):
+        with GenericEnvClient(base_url=base, headers={"X-API-Key": "not-the-key"}).sync() as env:
+            env.reset()
+
+
+def test_mcp_tool_client_plays_an_episode(short_episodes: AppServer) -> None:
+    """openenv >= 0.5: HTTP openenv/session/create + the WebSocket attached with ?session_id=; before: tool
+    calls as steps over the WebSocket. Both through a token URL; 0.9+ also with the key in a header."""
+    from openenv.core.mcp_client import MCPToolClient
+
+    token_base = mint(short_episodes.client())["base_url"]
+    doors = [(token_base, None)]
+    if OPENENV >= (0, 9):
+        doors.append((f"{short_episodes.base_url}/openenv", {"X-API-Key": TEST_KEY}))
+
+    async def play(base: str, headers: dict[str, str] | None) -> list[Any]:
+        extra = {"headers": headers} if headers else {}
+        async with MCPToolClient(base_url=base, **extra) as env:
+            names = [tool.name for tool in await env.list_tools()]
+            started = await env.call_tool("start", task_id="crafter/eval/2")
+            result, calls = started, 0
+            while not result["done"]:
+                result = await env.call_tool("interact_many", actions=["noop"] * 4)
+                calls += 1
+            saved = await env.call_tool("snapshot")
+            again = await env.call_tool("restore", snapshot_id=saved["snapshot_id"])
+            with pytest.raises(RuntimeError, match="unknown_tool|fly"):
+                await env.call_tool("fly")
+            return [names, started["task_id"], calls, result["step_count"], again["done"]]
+
+    for base, headers in doors:
+        names, task_id, calls, step_count, done = asyncio.run(play(base, headers))
+        assert names == ["start", "interact_many", "observe", "snapshot", "restore"]
+        assert (task_id, calls, step_count, done) == ("crafter/eval/2", 5, 5, True)

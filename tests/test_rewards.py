@@ -1,4 +1,5 @@
-"""Step-reward shaping with hand-computed numbers (CONTRACT.md §6, seed-behaviour §5.3 with its fixes)."""
+"""Step-reward shaping with hand-computed numbers (docs/contract.md, "Step rewards": the old system's,
+fixed)."""
 
 from __future__ import annotations
 

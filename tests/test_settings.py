@@ -50,9 +50,7 @@ def test_dev_key_is_a_fallback_name() -> None:
     assert Settings().api_keys == ["dev-key"]
 
 
-def test_every_setting_is_in_the_readme() -> None:
-    readme = (ROOT / "README.md").read_text()
-    for name, field in Settings.model_fields.items():
-        aliases = getattr(field.validation_alias, "choices", None)
-        names = {alias for alias in aliases if alias.isupper()} if aliases else {f"TASKAPP_{name.upper()}"}
-        assert any(f"`{variable}`" in readme for variable in names), f"{name} is not in the README's settings table"
+def test_every_setting_is_described() -> None:
+    """docs/configuration.md's tables are generated from these descriptions (the fields' docstrings)."""
+    undescribed = [name for name, field in Settings.model_fields.items() if not (field.description or "").strip()]
+    assert undescribed == []

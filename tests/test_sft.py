@@ -1,4 +1,4 @@
-"""SFT JSONL (seed-behaviour §6.6): records field by field, safe names, atomic per-run files."""
+"""SFT JSONL (docs/compatibility.md, "SFT records"): records field by field, safe names, atomic per-run files."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ from task_app.tracing.schema import WRITE_ONLY_INDEXES, migrate
 
 pytestmark = pytest.mark.anyio
 
-# seed-behaviour §6.5, without the libSQL-only `embedding` columns.
+# docs/compatibility.md, "Trace tables", without the libSQL-only `embedding` columns.
 SEED_COLUMNS = {
     "experiments": ["experiment_id", "name", "description", "created_at", "updated_at", "configuration", "metadata"],
     "systems": ["system_id", "name", "system_type", "description", "created_at", "metadata"],

@@ -1,4 +1,4 @@
-"""Trace payloads (CONTRACT.md §7): compact / structured / full built from real rollouts of
+"""Trace payloads (docs/contract.md, "Trace payload"): compact / structured / full built from real rollouts of
 `helpers.FakeLLMPolicy` through the real RolloutEngine and real crafter."""
 
 from __future__ import annotations

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import secrets
 import sys
+from contextlib import suppress
 from pathlib import Path
+from typing import Any
 
 import anyio
 import uvicorn
@@ -16,12 +19,18 @@ from rich.console import Console
 from ..core.settings import Settings
 from ..inspection.eval_stats import eval_summary
 from ..inspection.report import request_with_trace, write_report
-from ..web.local_server import HTTP_PARSER, bind_socket, serve_in_thread, serve_processes
+from ..web.local_server import DOORS_FROM_ENV, HTTP_PARSER, bind_socket, serve_in_thread, serve_processes, with_ors
 from ..web.server import APP_FROM_ENV, create_app
 from .evaluation import parse_seeds, print_eval_summary, report, rollout_request, run_rollouts, submit_rollouts
 from .trace_db import CliError, print_error
 from .traces import add_traces_parser
 from .view import add_viewer_parsers
+
+STARTUP_FAILURE = 3  # uvicorn's exit code when the app does not start
+# How long a process may leave the supervisor's ping unanswered before it is replaced (uvicorn: 5 s). A
+# starting process imports crafter, numba and the mcp SDK with the GIL mostly held; on a loaded machine
+# that starved the ping past 5 s and the supervisor killed every process it started, over and over.
+WORKER_HEALTHCHECK_S = 30
 
 
 def _positive(text: str) -> int:
@@ -32,7 +41,9 @@ def _positive(text: str) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    overrides = {} if args.processes is None else {"processes": args.processes}
+    overrides: dict[str, Any] = {} if args.processes is None else {"processes": args.processes}
+    if args.ors_port is not None:
+        overrides["ors_port"] = args.ors_port
     try:
         settings = Settings(_env_file=args.env_file, **overrides)
     except ValueError as exc:  # pydantic's ValidationError: a bad setting, said once, without a traceback
@@ -41,15 +52,34 @@ def _serve(args: argparse.Namespace) -> int:
     port = settings.port if args.port is None else args.port
     env_file = args.env_file if Path(args.env_file).exists() else None
     if args.reload:
+        if settings.ors_port is not None:
+            return print_error(CliError("--reload serves one port: leave out --ors-port (TASKAPP_ORS_PORT)"))
         uvicorn.run(APP_FROM_ENV, factory=True, host=host, port=port, http=HTTP_PARSER, reload=True, env_file=env_file)
-    elif settings.processes > 1:
+        return 0
+    sockets = [bind_socket(host, port)]
+    if settings.ors_port is not None:
+        sockets.append(bind_socket(host, settings.ors_port))
+        ors_port = sockets[1].getsockname()[1]
+        os.environ["TASKAPP_ORS_PORT"] = str(ors_port)  # the port bound, for the processes' factory
+    if settings.processes > 1:
         # Each process builds the app from the environment (uvicorn loads the env file into it first).
         config = uvicorn.Config(
-            APP_FROM_ENV, factory=True, http=HTTP_PARSER, workers=settings.processes, env_file=env_file
+            DOORS_FROM_ENV,
+            factory=True,
+            http=HTTP_PARSER,
+            workers=settings.processes,
+            env_file=env_file,
+            timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
         )
-        serve_processes(config, bind_socket(host, port))
+        serve_processes(config, sockets)
     else:
-        uvicorn.run(create_app(settings), host=host, port=port, http=HTTP_PARSER)
+        app = create_app(settings)
+        served = app if len(sockets) == 1 else with_ors(app, sockets[1].getsockname()[1])
+        server = uvicorn.Server(uvicorn.Config(served, http=HTTP_PARSER))
+        with suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it shut down on, as `uvicorn.run` swallows
+            server.run(sockets=sockets)
+        if not server.started:
+            return STARTUP_FAILURE  # as `uvicorn.run`: the lifespan failed (the error is logged)
     return 0
 
 
@@ -124,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--reload", action="store_true")
     serve.add_argument(
         "--processes", type=_positive, default=None, help="app processes on the port (TASKAPP_PROCESSES, default 1)"
+    )
+    serve.add_argument(
+        "--ors-port",
+        type=int,
+        default=None,
+        help="also serve the Open Reward Standard at the root of this port (TASKAPP_ORS_PORT; 0: any free port)",
     )
     serve.add_argument("--env-file", default=".env")
     serve.set_defaults(run=_serve)

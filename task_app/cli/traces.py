@@ -9,8 +9,8 @@ read-only: the CLI never creates, migrates or writes a database, so it is safe t
 a live server is writing.
 
 Export formats, one line per LLM call:
-- `jsonl`: the seed's SFT record (seed-behaviour §6.6, `sft_records_from_trace`), every answered call;
-  consumers filter on `metadata.usable` / `metadata.reward`.
+- `jsonl`: the old system's SFT record (docs/compatibility.md, "SFT records"; `sft_records_from_trace`),
+  every answered call; consumers filter on `metadata.usable` / `metadata.reward`.
 - `openai-sft`: an OpenAI chat fine-tuning example `{"messages": [system, user, assistant + tool_calls],
   "tools": [interact_many], "parallel_tool_calls": false}`, only for usable answers that called
   `interact_many` with a JSON `actions` list. The store keeps image references, not image data, so image

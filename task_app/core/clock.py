@@ -1,6 +1,6 @@
 """The event loop's clock: what `anyio.current_time()` reads on asyncio (deadlines, cancel scopes),
-without its look-up of the running backend on every call (~2 µs; this ~0.1 µs). A decision reads it
-five or six times (benchmarks/ B1: -2 % of the server's CPU a decision)."""
+without its look-up of the running backend on every call. A decision reads it five or six times
+(docs/performance.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Wire models of CONTRACT.md: what trainers send and what they get back (pydantic v2).
+"""Wire models of docs/contract.md: what trainers send and what they get back (pydantic v2).
 
-Request models ignore unknown keys (trainers built for the seed system send extra fields); the
+Request models ignore unknown keys (trainers built for the old system send extra fields); the
 free-form `config` dicts are parsed into typed configs by `rollout.plan`.
 """
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+
+from .tasks import TASK_ID_MAX_LENGTH
 
 # Letters, digits and `._:-`, with no two dots in a row and at least one character that is not a dot:
 # "." and ".." are path names, and a run id ends up in URLs and file names (no lookahead: the pattern
@@ -26,6 +28,9 @@ class EnvSpec(_Lenient):
     env_name: str | None = None
     config: dict[str, Any] = Field(default_factory=dict)
     seed: int | None = None
+    task_id: str | None = Field(
+        default=None, max_length=TASK_ID_MAX_LENGTH, description="the world by task id, e.g. crafter/eval/17"
+    )
 
 
 class PolicySpec(_Lenient):
@@ -65,7 +70,7 @@ Op = Annotated[
 
 
 class RolloutRequest(_Lenient):
-    """POST /rollout body (CONTRACT.md §2)."""
+    """POST /rollout body (docs/contract.md, "The rollout request")."""
 
     # The OpenAPI example: the built-in scripted policy, no model needed (the fuzz test sends it).
     model_config = ConfigDict(
@@ -107,7 +112,7 @@ class AbortRequest(_Lenient):
     run_id: str = Field(min_length=1, max_length=RUN_ID_MAX_LENGTH, pattern=RUN_ID_PATTERN)
 
 
-# --- responses (CONTRACT.md §3), as synth-ai 0.2.x trainers validate them ----------------------
+# --- responses (docs/contract.md, "The rollout response"), as synth-ai 0.2.x trainers validate them -----
 
 
 class RolloutStep(BaseModel):

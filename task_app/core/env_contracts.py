@@ -1,6 +1,7 @@
-"""Wire models of the env-session routes: the seed system's shapes (seed-behaviour §1.4-1.5) and OpenEnv's.
+"""Wire models of the env-session routes: the old system's shapes (docs/compatibility.md, "Env-session
+routes") and OpenEnv's.
 
-Requests ignore unknown keys, as the seed's did; handlers answer with bytes, and these response models
+Requests ignore unknown keys, as the old system's did; handlers answer with bytes, and these response models
 document what they hold (OpenAPI).
 """
 
@@ -10,7 +11,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .tasks import TASK_ID_MAX_LENGTH
+
 MAX_TOOL_CALLS = 64  # tool calls in one step request (each may name several actions)
+TASK_ID_FIELD = Field(
+    default=None,
+    max_length=TASK_ID_MAX_LENGTH,
+    description="the world by task id (e.g. crafter/eval/17) instead of, or agreeing with, `seed`",
+)
 
 
 class _Lenient(BaseModel):
@@ -18,7 +26,8 @@ class _Lenient(BaseModel):
 
 
 class EnvCreateRequest(_Lenient):
-    """`POST /create`: a new env. A null seed draws a random world; `info.seed` says which."""
+    """`POST /create`: a new env, named by `seed` or `task_id`; neither draws a random train world
+    (`info.seed` and `info.task_id` say which)."""
 
     model_config = ConfigDict(
         extra="ignore",
@@ -27,6 +36,7 @@ class EnvCreateRequest(_Lenient):
     env_name: str
     config: dict[str, Any] = Field(default_factory=dict)
     seed: int | None = None
+    task_id: str | None = TASK_ID_FIELD
     parent_env_id: str | None = None  # accepted and ignored, as in the seed
     rl_run_id: str | None = Field(default=None, max_length=200)
 
@@ -34,10 +44,12 @@ class EnvCreateRequest(_Lenient):
 class EnvResetRequest(_Lenient):
     env_id: str
     seed: int | None = None
+    task_id: str | None = TASK_ID_FIELD
 
 
 class EnvStepRequest(_Lenient):
-    """`tool_calls` in any shape CONTRACT §5 accepts (e.g. `{"tool": "interact_many", "args": {"actions": [...]}}`)."""
+    """`tool_calls` in any shape docs/contract.md ("The tool") accepts (e.g. `{"tool": "interact_many",
+    "args": {"actions": [...]}}`)."""
 
     env_id: str
     tool_calls: list[Any] = Field(default_factory=list, max_length=MAX_TOOL_CALLS)
@@ -119,6 +131,7 @@ class TokenRequest(_Lenient):
 
     ttl_s: float | None = Field(default=None, gt=0, description="lifetime; at most TASKAPP_OPENENV_TOKEN_TTL_S")
     seed: int | None = Field(default=None, description="the world of the token's HTTP env (random when null)")
+    task_id: str | None = TASK_ID_FIELD
     config: dict[str, Any] = Field(default_factory=dict, description="env config, as for /create")
 
 

@@ -164,5 +164,6 @@ def json_kind(value: Any) -> str:
 
 
 def error_body(code: str, message: str, *, retryable: bool = False, **details: Any) -> dict[str, Any]:
-    """The error shape of every answer (CONTRACT.md §1): `{"error": {code, message, retryable, ...}, "detail"}`."""
+    """The error shape of every answer (docs/contract.md, "Errors"):
+    `{"error": {code, message, retryable, ...}, "detail"}`."""
     return {"error": {"code": code, "message": message, "retryable": retryable, **details}, "detail": message}

@@ -1,57 +1,76 @@
-"""Outbound HTTP: the app's one client (`Outbound`), one capped POST for model servers, vendors and run callbacks,
-and one streamed POST for the proxies' `stream: true`.
-
-Every decision of every rollout makes one POST, so its CPU counts (benchmarks/, B1): it goes through
-`core.http1`'s keep-alive pool (0.34 ms of server CPU per decision less than aiohttp, which was
-cheaper than httpx); the streams, rare and long, through aiohttp. The callers see only
+"""Outbound HTTP: everything the server sends (model calls, vendor proxy calls and their streams, run
+callbacks) goes through the process's one client, `Outbound`, a keep-alive pool of HTTP/1.1
+connections (`core.http1`; why not a library's: docs/decisions/http-client.md). The callers see only
 `post`, `open_stream` and their outcomes:
 
     Answer           any HTTP status; the body read up to `max_bytes` (2xx) or `ERROR_BODY_BYTES` (others)
     AnswerTooLarge   a 2xx body longer than `max_bytes` (refused from Content-Length or cut while reading)
     Stream           (open_stream) any HTTP status, the body not read yet: `chunks()` as they arrive,
-                     `read_error()` for a non-2xx one; `close()` drops the connection
+                     `read_error()` for a non-2xx one; `close()` after
     SendFailure      no HTTP answer, or (from `Stream.chunks`) the body broke off; `kind` says how
 
-Neither stores cookies (rollouts of different trainers share them), follows redirects or reads proxy
-environment variables.
+It stores no cookies (rollouts of different trainers share it), follows no redirects and reads no proxy
+environment variables. The pool's size follows the rollout cap (`Settings.outbound_max_connections`):
+one connection per rollout's model call, as many again for the proxies and callbacks.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
-
-import aiohttp
-from yarl import URL
+from typing import Any
 
 from . import http1
 
+logger = logging.getLogger(__name__)
+
 ERROR_BODY_BYTES = 4096  # enough for a vendor's error JSON; the rest of an error body is dropped
 _OK_MIN, _OK_MAX = 200, 299
+Target = http1.Target
 
 
 @dataclass(frozen=True, slots=True)
 class Outbound:
-    """The process's outbound HTTP: `pool` for POSTs, `session` for streams."""
+    """The process's outbound HTTP client."""
 
     pool: http1.Pool
-    session: aiohttp.ClientSession
+
+    def report(self, rollout_cap: int) -> dict[str, Any]:
+        """The pool for `/health`: its size, what is open, and a `warning` when it is smaller than the cap."""
+        pool = self.pool
+        report: dict[str, Any] = {"max_connections": pool.max_connections, "open": pool.open, "idle": pool.idle}
+        warning = pool_warning(pool.max_connections, rollout_cap)
+        if warning is not None:
+            report["warning"] = warning
+        return report
+
+
+def pool_warning(max_connections: int, rollout_cap: int) -> str | None:
+    """What a pool smaller than the rollout cap costs, or None when it is not."""
+    if max_connections >= rollout_cap:
+        return None
+    return (
+        f"TASKAPP_INFERENCE_MAX_CONNECTIONS ({max_connections}) is below TASKAPP_MAX_CONCURRENT_ROLLOUTS "
+        f"({rollout_cap}): beyond {max_connections} rollouts, model calls wait for a free connection "
+        "(leave it unset to follow the cap)"
+    )
 
 
 @asynccontextmanager
-async def open_session(max_connections: int) -> AsyncIterator[Outbound]:
-    """The process's client; `max_connections` bounds the sockets open to all hosts together, for the
-    POSTs and for the streams each."""
-    connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0)
-    session = aiohttp.ClientSession(
-        connector=connector, cookie_jar=aiohttp.DummyCookieJar(), trust_env=False, raise_for_status=False
-    )
+async def open_session(max_connections: int, *, rollout_cap: int | None = None) -> AsyncIterator[Outbound]:
+    """The process's client; `max_connections` bounds the sockets open to all hosts together. With
+    `rollout_cap`, a log line says the pool's size, as a warning when it is smaller than the cap."""
+    if rollout_cap is not None:
+        warning = pool_warning(max_connections, rollout_cap)
+        if warning is not None:
+            logger.warning("outbound pool: %s", warning)
+        else:
+            logger.info("outbound pool: at most %d connections (%d rollouts)", max_connections, rollout_cap)
     pool = http1.Pool(max_connections)
     try:
-        async with session:
-            yield Outbound(pool, session)
+        yield Outbound(pool)
     finally:
         await pool.close()
 
@@ -69,12 +88,12 @@ class Answer:
 
 
 class AnswerTooLarge(Exception):
-    """A successful answer longer than the caller's limit; nothing of it is returned."""
+    """A successful (`status`: 2xx) answer longer than the caller's limit; nothing of it is returned."""
 
-    def __init__(self, limit: int, declared: int | None) -> None:
+    def __init__(self, status: int, limit: int, declared: int | None) -> None:
         what = f"is {declared} bytes, more than" if declared is not None else "exceeded"
         super().__init__(f"answer {what} the {limit} bytes allowed")
-        self.limit, self.declared = limit, declared
+        self.status, self.limit, self.declared = status, limit, declared
 
 
 class SendFailure(Exception):
@@ -90,18 +109,27 @@ class SendFailure(Exception):
         self.kind = kind
 
 
-def parse_url(url: str) -> URL | None:
+def parse_url(url: str) -> Target | None:
     """The URL parsed once for reuse on every request, or None when it does not parse (then `post`
     gets the string and fails as a REQUEST failure)."""
     try:
-        return URL(url)
-    except (ValueError, TypeError):
+        return http1.parse(url)
+    except http1.Failure:
         return None
+
+
+def _target(url: Target | str) -> Target:
+    if isinstance(url, Target):
+        return url
+    try:
+        return http1.parse(url)
+    except http1.Failure as exc:
+        raise SendFailure(exc.kind, str(exc)) from exc
 
 
 async def post(
     client: Outbound,
-    url: URL | str,
+    url: Target | str,
     content: bytes,
     headers: dict[str, str],
     *,
@@ -113,16 +141,11 @@ async def post(
     """POST `content`; `connect_timeout_s` bounds the wait for a pooled connection plus connecting,
     `read_timeout_s` each read, `total_timeout_s` the whole exchange (a server may drip bytes). A
     non-2xx body is cut at `ERROR_BODY_BYTES`."""
-    if not isinstance(url, URL):
-        parsed = parse_url(url)
-        if parsed is None:
-            raise SendFailure(SendFailure.REQUEST, "the URL does not parse")
-        url = parsed
     limits = http1.Limits(connect_timeout_s, read_timeout_s, total_timeout_s, max_bytes, ERROR_BODY_BYTES)
     try:
-        reply = await client.pool.post(url, content, headers, limits)
+        reply = await client.pool.post(_target(url), content, headers, limits)
     except http1.TooLarge as exc:
-        raise AnswerTooLarge(exc.limit, exc.declared) from exc
+        raise AnswerTooLarge(exc.status, exc.limit, exc.declared) from exc
     except http1.Failure as exc:
         raise SendFailure(exc.kind, str(exc)) from exc
     headers_in = reply.headers
@@ -130,14 +153,15 @@ async def post(
 
 
 class Stream:
-    """An answer whose body is read as it arrives. The caller must `close()` it (idempotent)."""
+    """An answer whose body is read as it arrives. The caller must `close()` it (idempotent): the
+    connection goes back to the pool when the body was read to its end, and is dropped otherwise."""
 
-    def __init__(self, response: aiohttp.ClientResponse) -> None:
-        self._response = response
-        self.status = response.status
-        self.content_type = response.headers.get("Content-Type")
-        self.retry_after = response.headers.get("Retry-After")
-        self.should_retry = response.headers.get("x-should-retry")
+    def __init__(self, streamed: http1.Streamed) -> None:
+        self._streamed = streamed
+        self.status = streamed.status
+        self.content_type = streamed.headers.get("content-type")
+        self.retry_after = streamed.headers.get("retry-after")
+        self.should_retry = streamed.headers.get("x-should-retry")
 
     @property
     def ok(self) -> bool:
@@ -145,23 +169,31 @@ class Stream:
 
     async def read_error(self) -> bytes:
         """The first `ERROR_BODY_BYTES` of a non-2xx body."""
-        with _send_failures():
-            return await _read_cut(self._response, ERROR_BODY_BYTES)
+        chunks: list[bytes] = []
+        size = 0
+        while size < ERROR_BODY_BYTES and (chunk := await self._next()) is not None:
+            chunks.append(chunk[: ERROR_BODY_BYTES - size])
+            size += len(chunks[-1])
+        return b"".join(chunks)
 
     async def chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives; SendFailure when it breaks off or a time limit passes."""
-        with _send_failures():
-            async for chunk in self._response.content.iter_any():
-                yield chunk
+        while (chunk := await self._next()) is not None:
+            yield chunk
+
+    async def _next(self) -> bytes | None:
+        try:
+            return await self._streamed.next_chunk()
+        except http1.Failure as exc:
+            raise SendFailure(exc.kind, str(exc)) from exc
 
     def close(self) -> None:
-        """Drop the connection (a half-read body cannot go back to the pool)."""
-        self._response.close()
+        self._streamed.close()
 
 
 async def open_stream(
     client: Outbound,
-    url: URL | str,
+    url: Target | str,
     content: bytes,
     headers: dict[str, str],
     *,
@@ -171,40 +203,9 @@ async def open_stream(
 ) -> Stream:
     """POST `content` and return once the status line and headers are in; the limits are `post`'s,
     `total_timeout_s` bounding the whole exchange, body included."""
-    timeout = _timeout(connect_timeout_s, read_timeout_s, total_timeout_s)
-    with _send_failures():
-        response = await client.session.post(url, data=content, headers=headers, timeout=timeout, allow_redirects=False)
-    return Stream(response)
-
-
-def _timeout(connect_s: float, read_s: float, total_s: float) -> aiohttp.ClientTimeout:
-    # ceil_threshold=inf: aiohttp would otherwise round timeouts of 5 s and more up to a whole second.
-    return aiohttp.ClientTimeout(total=total_s, connect=connect_s, sock_read=read_s, ceil_threshold=math.inf)
-
-
-@contextmanager
-def _send_failures() -> Iterator[None]:
-    """aiohttp's exceptions as SendFailure kinds."""
+    limits = http1.Limits(connect_timeout_s, read_timeout_s, total_timeout_s, 0, 0)  # no size limit: the reader's
     try:
-        yield
-    except TimeoutError as exc:  # aiohttp's connect and read timeouts are TimeoutErrors
-        raise SendFailure(SendFailure.TIMEOUT, type(exc).__name__) from exc
-    except aiohttp.ClientConnectorError as exc:
-        raise SendFailure(SendFailure.CONNECT, f"{type(exc).__name__}: {exc.strerror or exc}") from exc
-    except (aiohttp.InvalidURL, ValueError) as exc:  # an unusable URL, or a header value with a newline
-        raise SendFailure(SendFailure.REQUEST, type(exc).__name__) from exc
-    except aiohttp.ClientError as exc:
-        raise SendFailure(SendFailure.TRANSPORT, type(exc).__name__) from exc
-
-
-async def _read_cut(response: aiohttp.ClientResponse, limit: int) -> bytes:
-    """At most `limit` bytes of a body, the rest cut (leaving early closes the connection)."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.content.iter_any():
-        size += len(chunk)
-        if size > limit:
-            chunks.append(chunk[: len(chunk) - (size - limit)])
-            break
-        chunks.append(chunk)
-    return b"".join(chunks)
+        streamed = await client.pool.stream(_target(url), content, headers, limits)
+    except http1.Failure as exc:
+        raise SendFailure(exc.kind, str(exc)) from exc
+    return Stream(streamed)

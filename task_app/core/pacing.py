@@ -2,9 +2,9 @@
 `budget_s` of them and queues the rest, in order, for the iterations that follow.
 
 A thousand rollouts against one model answer in waves: dozens of answers arrive in one poll, and
-asyncio runs every woken rollout's decision (~1-2 ms of Python each: the answer's parsing, the step,
-the trace rows, the next request) in the one iteration that follows, while timers, `/health` and new
-connections wait for all of them (benchmarks/ B8: iterations of 20-400 ms). Paced, the same work
+asyncio runs every woken rollout's decision (the answer's parsing, the step, the trace rows, the
+next request) in the one iteration that follows, while timers, `/health` and new connections wait for
+all of them (docs/decisions/pacer.md). Paced, the same work
 runs in more, shorter iterations; nothing is added to a decision but a clock read and, in a wave,
 one wait.
 """

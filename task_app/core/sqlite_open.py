@@ -8,7 +8,6 @@ while lets every process open the file.
 
 from __future__ import annotations
 
-import random
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
@@ -16,11 +15,13 @@ from typing import TypeVar
 
 import anyio
 
+from .backoff import Backoff
+
 T = TypeVar("T")
 
 _BUSY_CODES = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 OPEN_TIMEOUT_S = 10.0  # how long an opener keeps retrying
-_RETRY_S = (0.005, 0.03)  # a random pause between attempts, so the processes fall out of step
+_BACKOFF = Backoff(base_s=0.005, cap_s=0.05)  # random pauses between attempts, so the processes fall out of step
 
 
 def is_busy(exc: BaseException) -> bool:
@@ -32,23 +33,25 @@ def is_busy(exc: BaseException) -> bool:
 def open_retrying(open_once: Callable[[], T], timeout_s: float = OPEN_TIMEOUT_S) -> T:
     """`open_once()`, again while it fails busy, for up to `timeout_s`; it must close what it opened
     when it fails."""
-    deadline = time.monotonic() + timeout_s
+    retry = _BACKOFF.start(time.monotonic() + timeout_s, clock=time.monotonic)  # in a worker thread: no event loop
     while True:
         try:
             return open_once()
         except sqlite3.OperationalError as exc:
-            if not is_busy(exc) or time.monotonic() >= deadline:
+            wait = retry.next_wait() if is_busy(exc) else None
+            if wait is None:
                 raise
-        time.sleep(random.uniform(*_RETRY_S))
+        time.sleep(wait)
 
 
 async def open_retrying_async(open_once: Callable[[], Awaitable[T]], timeout_s: float = OPEN_TIMEOUT_S) -> T:
     """`open_retrying` for an async `open_once`."""
-    deadline = time.monotonic() + timeout_s
+    retry = _BACKOFF.start(anyio.current_time() + timeout_s)
     while True:
         try:
             return await open_once()
         except sqlite3.OperationalError as exc:
-            if not is_busy(exc) or time.monotonic() >= deadline:
+            wait = retry.next_wait() if is_busy(exc) else None
+            if wait is None:
                 raise
-        await anyio.sleep(random.uniform(*_RETRY_S))
+        await anyio.sleep(wait)

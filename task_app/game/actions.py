@@ -1,4 +1,4 @@
-"""Crafter's actions by name and id, and the normalisation of model tool calls (docs/contract.md).
+"""Crafter's actions by name and id, and the normalisation of model tool calls (docs/contract.md, "The tool").
 
 A model may answer in any of the shapes trainers have seen work: OpenAI `tool_calls` entries
 (`{"function": {"name", "arguments"}}`), the old system's simplified `{"tool_name"|"tool"|"name", "arguments"|"args"}`,
@@ -8,6 +8,7 @@ tool named after an action. Everything we cannot execute is dropped and reported
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,7 +66,7 @@ def action_name(item: object) -> str | None:
 
 
 def _short(item: object, limit: int = 80) -> str:
-    text = item if isinstance(item, str) else json_codec.dumps(item, default=str)
+    text = item if isinstance(item, str) else json.dumps(item, default=str)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -91,7 +92,7 @@ def _parse_arguments(raw: object) -> tuple[Mapping[str, Any] | None, str | None]
             return {}, None
         try:
             parsed = json_codec.loads(raw)
-        except ValueError:
+        except json.JSONDecodeError:
             return None, "arguments are not valid JSON"
         if isinstance(parsed, Mapping):
             return parsed, None

@@ -1,4 +1,4 @@
-"""Observations: the structured dict of docs/contract.md and the text the model reads.
+"""Observations: the structured dict of docs/contract.md ("The environment") and the text the model reads.
 
 Orientation everywhere: x grows to the right (`move_right`), y grows downwards (`move_down`); the
 text map prints rows top to bottom (y - 3 .. y + 3) and columns left to right (x - 4 .. x + 4), the

@@ -11,7 +11,7 @@ from .observation import SEMANTIC_IDS
 from .worlds import GameEnv
 
 TRAIT_RADIUS = 10
-# (name, min_trees, max_hostiles), first match wins; no match is "custom", as in the old system (docs/contract.md).
+# (name, min_trees, max_hostiles), first match wins; no match is "custom" (docs/compatibility.md, "World traits").
 DIFFICULTY_BOUNDS: tuple[tuple[str, int, int], ...] = (("easy", 4, 0), ("medium", 2, 2), ("hard", 0, 5))
 
 

@@ -1,8 +1,9 @@
 """Crafter's world generator, whole-grid and compiled: the worlds of `crafter.worldgen`, bit for bit.
 
-Stock crafter sets each tile with a Python call per tile and one per noise value (~45 ms a 64x64
-world, numba compiling only the noise). Here numba kernels that release the GIL do the whole grid,
-with the same floating-point operations in the same order:
+Stock crafter sets each tile with a Python call per tile and one per noise value (tens of
+milliseconds a 64x64 world, numba compiling only the noise; docs/decisions/world-generator.md). Here
+numba kernels that release the GIL do the whole grid, with the same floating-point operations in the
+same order:
 
 - the noise is opensimplex's own compiled `_noise3` with the arguments crafter passes (`x / size`
   after crafter's own `2 * x` or `x / 5`, an integer z), one field at a time over the tiles where

@@ -40,7 +40,7 @@ class PolicyConfig(BaseModel):
     step_rewards: dict[str, Any] | None = None
     # exact tokens (policy/tokens.py); `record.logprobs: true` sets it too
     logprobs: bool = False
-    # merged verbatim into every request to the trainer's own server, last (README: "precedence")
+    # merged verbatim into every request to the trainer's own server, last (docs/training-data.md)
     extra_body: dict[str, Any] | None = None
     # "summary": [system, user] with the last decisions summarised; "messages": one conversation per episode
     history: History = "summary"

@@ -6,11 +6,11 @@
 
 The target / params / auth helpers are pure functions so the vendor proxy routes can reuse them.
 
-Retry policy (the seed retried for over an hour and never retried connection errors, defect 41):
-connection errors, timeouts, 429 and 5xx are retried with exponential backoff plus jitter, at most
-`max_attempts` times, and never past the deadline: a wait that would end after it is not started,
-and each attempt is bounded in total by min(connect + read timeout, remaining time + DEADLINE_GRACE_S).
-Any other 4xx fails at once.
+Retry policy (the old system retried for over an hour and never retried connection errors):
+connection errors, timeouts, 429 and 5xx are retried (`core.backoff`: exponential backoff with full
+jitter, a Retry-After honoured), at most `max_attempts` times, and never past the deadline: a wait
+that would end after it is not started, and each attempt is bounded in total by
+min(connect + read timeout, remaining time + DEADLINE_GRACE_S). Any other 4xx fails at once.
 
 A 200 whose body is not JSON, or is longer than `max_response_bytes` (cut off unread), is *not*
 retried and *not* an error: `ChatResult.body` is None and `ChatResult.invalid_reason` says why; the
@@ -20,8 +20,6 @@ a row" rule bounds a model server that keeps answering garbage.
 
 from __future__ import annotations
 
-import email.utils
-import json
 import logging
 import random
 import re
@@ -33,12 +31,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 from pydantic import SecretStr
-from yarl import URL
 
-from ..core.clock import loop_time
+from ..core.backoff import ATTEMPTS, Backoff, retry_after_seconds
 from ..core.errors import NotConfigured
 from ..core.json_codec import dumps_bytes, loads
-from ..core.outbound import AnswerTooLarge, Outbound, SendFailure, parse_url, post
+from ..core.outbound import AnswerTooLarge, Outbound, SendFailure, Target, parse_url, post
 from ..core.settings import Settings
 from .base import PolicyError
 
@@ -47,7 +44,7 @@ logger = logging.getLogger(__name__)
 CHAT_PATH = "/chat/completions"
 JSON_TYPE = "application/json"
 DEFAULT_PATH = "/v1" + CHAT_PATH
-DEFAULT_MAX_TOKENS = 512  # CONTRACT §2 default
+DEFAULT_MAX_TOKENS = 512  # the contract's default (docs/contract.md)
 # Reasoning models spend completion tokens on hidden reasoning; 512 would often end in an empty answer.
 DEFAULT_REASONING_MAX_TOKENS = 4096
 PROVIDER_OPENAI, PROVIDER_GROQ, PROVIDER_CUSTOM = "openai", "groq", "custom"
@@ -72,7 +69,6 @@ _PASSTHROUGH_SELF_HOSTED = (
     "allowed_token_ids",
 )
 _ERROR_TOKEN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-_OK = 200  # an answer too large to read was a 2xx (outbound.post refuses only those)
 RESPONSE_TOO_LARGE = "response_too_large"
 _HTTP_TOO_MANY_REQUESTS = 429
 _HTTP_SERVER_ERROR = 500
@@ -125,7 +121,7 @@ class InferenceTarget:
     provider: str
     api_key: SecretStr | None = field(default=None, repr=False)
     # Parsed once rather than on every request; None when it does not parse (the str is sent and refused).
-    http_url: URL | None = field(default=None, init=False, repr=False, compare=False)
+    http_url: Target | None = field(default=None, init=False, repr=False, compare=False)
     host: str = field(default="", init=False, repr=False, compare=False)  # lower-case, for logs
 
     def __post_init__(self) -> None:
@@ -269,28 +265,11 @@ class _Retryable(Exception):
         self.code, self.status, self.retry_after = code, status, retry_after
 
 
-def retry_after_seconds(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (delta-seconds or HTTP-date)."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
-
-
 def _error_hint(raw: bytes) -> str:
     """A vendor's error code/type, if it is a short token. Never the message: vendors echo key prefixes."""
     try:
-        data = json.loads(raw)
-    except ValueError:
+        data = loads(raw)
+    except (ValueError, RecursionError):
         return ""
     error = data.get("error") if isinstance(data, dict) else None
     if not isinstance(error, dict):
@@ -309,7 +288,9 @@ class InferenceClient:
     def __init__(self, http: Outbound, limits: InferenceLimits, *, rng: random.Random | None = None) -> None:
         self.http = http
         self.limits = limits
-        self._rng = rng or random.Random()  # jitter only; never process-global state
+        self.backoff = Backoff(
+            limits.backoff_s, limits.backoff_max_s, max_attempts=limits.max_attempts, rng=rng or random.Random()
+        )
 
     async def chat(
         self, target: InferenceTarget, body: dict[str, Any], *, deadline: float | None, run_id: str | None = None
@@ -318,27 +299,24 @@ class InferenceClient:
 
         `deadline` is absolute, in `anyio.current_time()` units; None means only the attempt limit.
         """
-        started_at, start = datetime.now(UTC), loop_time()
-        limits = self.limits
-        # Encoded once for every attempt, by orjson, as strict JSON (no NaN).
-        content = dumps_bytes(body, allow_nan=False)
+        started_at, start = datetime.now(UTC), anyio.current_time()
+        content = dumps_bytes(body, allow_nan=False)  # encoded once for every attempt, as strict JSON (no NaN)
         headers = {**target.headers(), "Content-Type": JSON_TYPE}
-        attempt = 0
+        url = target.http_url or target.url
+        retry = self.backoff.start(deadline)
         while True:
-            attempt += 1
-            remaining = self._remaining(deadline)
+            remaining = retry.remaining()
             if remaining is not None and remaining <= 0:
                 raise PolicyError(
-                    f"rollout deadline reached before inference attempt {attempt}", code="inference_timeout"
+                    f"rollout deadline reached before inference attempt {retry.attempt}", code="inference_timeout"
                 )
             try:
-                url = target.http_url or target.url
                 status, payload, reason = await self._attempt(url, content, headers, remaining)
             except _Retryable as failure:
-                wait = self._backoff(attempt, failure.retry_after)
-                left = self._remaining(deadline)
-                if attempt >= limits.max_attempts or (left is not None and wait >= left):
-                    why = "attempts exhausted" if attempt >= limits.max_attempts else "no time left to retry"
+                attempt = retry.attempt
+                wait = retry.next_wait(failure.retry_after)
+                if wait is None:
+                    why = "attempts exhausted" if retry.stopped == ATTEMPTS else "no time left to retry"
                     raise PolicyError(
                         f"inference failed after {attempt} attempt(s), {why}: {failure}",
                         code=failure.code,
@@ -347,7 +325,7 @@ class InferenceClient:
                 logger.warning(
                     "inference attempt %d/%d to %s failed (%s); retrying in %.2fs",
                     attempt,
-                    limits.max_attempts,
+                    self.limits.max_attempts,
                     target.host,
                     failure,
                     wait,
@@ -355,34 +333,22 @@ class InferenceClient:
                 )
                 await anyio.sleep(wait)
                 continue
-            finished = loop_time()
+            finished = anyio.current_time()
             logger.debug(
                 "inference %s model=%s status=%d attempts=%d latency_ms=%.0f",
                 target.host,
                 body.get("model"),
                 status,
-                attempt,
+                retry.attempt,
                 (finished - start) * 1000,
                 extra={"run_id": run_id},
             )
             return ChatResult(
-                payload, status, attempt, started_at, datetime.now(UTC), (finished - start) * 1000, reason
+                payload, status, retry.attempt, started_at, datetime.now(UTC), (finished - start) * 1000, reason
             )
 
-    @staticmethod
-    def _remaining(deadline: float | None) -> float | None:
-        return None if deadline is None else deadline - loop_time()
-
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        """Exponential backoff with jitter (50-100 %); a Retry-After is honoured up to backoff_max_s."""
-        base = min(self.limits.backoff_max_s, self.limits.backoff_s * 2.0 ** (attempt - 1))
-        wait = base * (0.5 + 0.5 * self._rng.random())
-        if retry_after is not None:
-            wait = max(wait, min(retry_after, self.limits.backoff_max_s))
-        return wait
-
     async def _attempt(
-        self, url: URL | str, content: bytes, headers: dict[str, str], remaining: float | None
+        self, url: Target | str, content: bytes, headers: dict[str, str], remaining: float | None
     ) -> tuple[int, dict[str, Any] | None, str | None]:
         """One request: (status, parsed body or None, why the body is unusable). Raises _Retryable/PolicyError."""
         limits = self.limits
@@ -401,8 +367,8 @@ class InferenceClient:
                 total_timeout_s=budget if remaining is None else min(budget, remaining + DEADLINE_GRACE_S),
                 max_bytes=limits.max_response_bytes,
             )
-        except AnswerTooLarge:
-            return _OK, None, RESPONSE_TOO_LARGE
+        except AnswerTooLarge as exc:
+            return exc.status, None, RESPONSE_TOO_LARGE
         except SendFailure as exc:
             if exc.kind == SendFailure.REQUEST:
                 raise PolicyError(f"cannot send the inference request: {exc}", code="inference_request_error") from exc

@@ -138,7 +138,7 @@ def system_prompt(max_actions: int = 8) -> str:
 
 
 def tool_schema(max_actions: int = 8) -> dict[str, Any]:
-    """The one OpenAI function tool, `interact_many` (CONTRACT §5)."""
+    """The one OpenAI function tool, `interact_many` (docs/contract.md, "The tool")."""
     return {
         "type": "function",
         "function": {

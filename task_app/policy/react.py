@@ -4,9 +4,9 @@
         ─► parse_answer: tool_calls | legacy function_call | text fallback ─► PolicyDecision
 
 Parsing decides only *usability*; the raw calls go to the engine untouched and the game layer's
-`normalise_tool_calls` (CONTRACT §5) turns them into actions. An answer is usable when that
+`normalise_tool_calls` (docs/contract.md, "The tool") turns them into actions. An answer is usable when that
 normalisation yields at least one real action. When the model wrote text instead of calling the tool
-(the seed then failed the whole rollout, defect 44), we look for a JSON object with `actions`, a
+(the old system then failed the whole rollout), we look for a JSON object with `actions`, a
 JSON tool call (`{"name": ..., "arguments": ...}`, as Hermes-style templates print it), or action
 names on an `actions:` line, and synthesise an `interact_many` call (`meta["parsed_from"] = "text"`).
 """
@@ -220,9 +220,9 @@ class _Budget:
 
 
 def request_params(config: PolicyConfig, target: InferenceTarget) -> dict[str, Any]:
-    """Everything a request carries besides messages and tools, lowest precedence first (README,
-    "What the trainer sends goes through"): exact-token fields, then the typed sampling fields and the
-    forwarded extras, then `extra_body` verbatim."""
+    """Everything a request carries besides messages and tools, lowest precedence first
+    (docs/training-data.md, "What the trainer sends goes through"): exact-token fields, then the typed
+    sampling fields and the forwarded extras, then `extra_body` verbatim."""
     model = config.model or ""
     params = chat_params(
         model,

@@ -65,7 +65,8 @@ def unavailable_reason(provider: str, model: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class TokenData:
-    """One decision's tokens as the server sent them (CONTRACT: `info.tokens`, `decision_samples[].tokens`)."""
+    """One decision's tokens as the server sent them (`info.tokens`, `decision_samples[].tokens`:
+    docs/training-data.md)."""
 
     prompt_token_ids: list[int] | None = None
     completion_token_ids: list[int] | None = None

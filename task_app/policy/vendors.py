@@ -1,7 +1,7 @@
 """Vendor (OpenAI, Groq) request shaping and answer handling, shared by the proxy routes and provider routing.
 
     client body ─► shape_chat_body(body, provider) ─► vendor            (proxy: /proxy[/groq]/v1/chat/completions)
-                     ├─ drops what vendors reject (self-hosted sampling knobs, the seed's thinking_* fields, ...)
+                     ├─ drops what vendors reject (self-hosted sampling knobs, the old system's thinking_* fields, ...)
                      ├─ token / sampling parameters by `inference.chat_params` (the one rule set: a
                      │  `policy.config.provider` rollout gets exactly the same parameters)
                      └─ legacy `function_call` → `tool_choice` when the body carries `tools`
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import json
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import crafter.constants
 
 from ..core.errors import InvalidRequest
+from ..core.json_codec import dumps, loads
 from ..game import TOOL_NAME, normalise_tool_calls
 from .base import content_text
 from .inference import PROVIDER_GROQ, PROVIDER_OPENAI, chat_params
@@ -34,7 +34,7 @@ from .react import calls_from_text
 VENDORS = (PROVIDER_OPENAI, PROVIDER_GROQ)
 HINT_TITLE = "Crafter crafting rules"
 SYNTHESISED_CALL_ID = "call_text_fallback"
-# Fields neither vendor accepts: the seed system's private knobs and self-hosted (vLLM-like) sampling.
+# Fields neither vendor accepts: the old system's private knobs and self-hosted (vLLM-like) sampling.
 VENDOR_FOREIGN_KEYS = frozenset(
     {
         "stop_after_tool_calls",
@@ -127,7 +127,7 @@ def shape_chat_body(body: Mapping[str, Any], provider: str) -> dict[str, Any]:
 
 @functools.cache
 def crafting_hint() -> str:
-    """What each `make_*` action needs, from the installed game's data (the seed's hint, made exact)."""
+    """What each `make_*` action needs, from the installed game's data (the old system's hint, made exact)."""
     lines = [f"{HINT_TITLE} (from the game's data):"]
     for name, recipe in crafter.constants.make.items():
         costs = ", ".join(f"{count} {item}" for item, count in recipe["uses"].items())
@@ -187,7 +187,7 @@ def synthesise_tool_call(body: dict[str, Any], max_actions: int) -> bool:
     plan = normalise_tool_calls(calls, max_actions)
     if not calls or plan.fallback_noop:
         return False
-    arguments = json.dumps({"actions": list(plan.actions)})
+    arguments = dumps({"actions": list(plan.actions)})
     message["tool_calls"] = [
         {"id": SYNTHESISED_CALL_ID, "type": "function", "function": {"name": TOOL_NAME, "arguments": arguments}}
     ]
@@ -218,7 +218,7 @@ def sanitised_error_body(raw: bytes, secrets: Iterable[str]) -> dict[str, Any]:
     secrets = [secret for secret in secrets if secret]
     text = raw.decode("utf-8", "replace")
     try:
-        data = json.loads(text)
+        data = loads(text)
     except (ValueError, RecursionError):
         data = None
     error = data.get("error") if isinstance(data, dict) else None

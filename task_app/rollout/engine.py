@@ -8,13 +8,13 @@
              ──► RolloutResult (partial when a limit stopped it)
 
 Nothing here knows about HTTP. A decision's step without a frame (the text observation only) runs
-on the event loop: it is ~0.2-0.35 ms of Python that holds the GIL wherever it runs, and handing it
-to a worker thread and back cost another ~0.2 ms of CPU (two thread wake-ups, the GIL passed back
-and forth; benchmarks/ B1 1.17 -> 0.98 ms of server CPU a decision, B3 -13 to -17 % of the server's
-cores). A wave of decisions takes turns (`pace`, core.pacing), so that one loop iteration does not
-run them all. What can take milliseconds goes through `offload`: building or
-generating the world (the compiled generator releases the GIL), a step that renders a frame for a
-vision policy, and the rubric scores and response encoding of a long rollout (SHORT_ROLLOUT).
+on the event loop: it is a fraction of a millisecond of Python that holds the GIL wherever it runs,
+and handing it to a worker thread and back cost about as much CPU again (two thread wake-ups, the GIL
+passed back and forth; docs/architecture.md, "Where a step runs"). A wave of decisions takes turns
+(`pace`, core.pacing), so that one loop iteration does not run them all. What can take milliseconds
+goes through `offload`: building or generating the world (the compiled generator releases the GIL), a
+step that renders a frame for a vision policy, and the rubric scores and response encoding of a long
+rollout (SHORT_ROLLOUT).
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ from .rubric_scores import score_rollout
 logger = logging.getLogger(__name__)
 
 # A rollout of at most this many decisions ends on the event loop: its rubric scores here and its
-# response's encoding in the service (~12 and ~20 µs a decision, ~3 ms at this length). Handed to a
-# worker thread, each cost a round trip through the loop too, and at a thousand rollouts in flight the
-# ends queued behind one another for the two threads (benchmarks/ B8: ~0.5 s each).
+# response's encoding in the service (a few milliseconds at this length). Handed to a worker thread,
+# each cost a round trip through the loop too, and at a thousand rollouts in flight the ends queued
+# behind one another for the two threads, for up to half a second each.
 SHORT_ROLLOUT = 100
 
 
@@ -126,7 +126,7 @@ class RolloutEngine:
             if self._game is not None:
                 self._game.close()
                 self._game = None
-        if self.rubrics is not None:  # ~12 µs a decision: a long rollout's scores off the loop
+        if self.rubrics is not None:  # a long rollout's scores off the loop, a short one's on it
             rubrics = self.rubrics
             if len(self.result.records) <= SHORT_ROLLOUT:
                 self.result.rubric_scores = score_rollout(self.result, rubrics)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from ..core.contracts import RolloutRequest
 from ..core.errors import InvalidRequest, UnknownName, json_kind, quoted
 from ..core.settings import Settings
+from ..core.tasks import TRAIN, Tasks, check_area
 from ..game.bounds import MAX_AREA_SIDE, MAX_EPISODE_LENGTH, MIN_AREA_SIDE, valid_area
 from ..policy.config import PolicyConfig
 from ..policy.inference import PROVIDER_CUSTOM, chat_completions_url, provider_of, vendor_url
@@ -93,7 +94,7 @@ def _invalid(exc: ValidationError, where: str, code: str) -> InvalidRequest:
 
 
 def apply_math_alias(request: RolloutRequest) -> tuple[RolloutRequest, bool]:
-    """The seed system's math→crafter remap for old trainer configs (seed-behaviour §11)."""
+    """The old system's math→crafter remap for old trainer configs (docs/compatibility.md, "Compatibility shims")."""
     names = (request.env.env_name, request.env.env_id, request.policy.policy_name, request.policy.policy_id)
     if not any(isinstance(name, str) and name.strip().lower().startswith("math") for name in names):
         return request, False
@@ -145,7 +146,7 @@ def _op_error(index: int, raw: Any) -> InvalidRequest:
 def normalise_ops(raw_ops: list[Any], keep: int) -> tuple[str, ...]:
     """The first `keep` ops as `agent` / `env`. Every op is checked (a bad one anywhere is a 422 naming
     the first by index), resolving each distinct spelling once: `["agent", "env"] * 50000` costs a
-    set() of the list, not 100000 alias lookups (benchmarks/ B7)."""
+    set() of the list, not 100000 alias lookups (docs/performance.md has what a long list costs)."""
     try:
         names: list[Any] = raw_ops
         distinct = set(raw_ops)  # strings, the usual form (and other scalars, which are refused)
@@ -265,10 +266,17 @@ def _names(request: RolloutRequest, math_alias: bool) -> tuple[str, str]:
     return env_name, policy_name
 
 
-def _seed(request: RolloutRequest, settings: Settings) -> int:
+def _seed(request: RolloutRequest, area: tuple[int, int], settings: Settings) -> int:
+    """The world: `env.seed` or `env.task_id` (422 when they disagree); with neither, a train seed
+    derived from the run id."""
+    tasks = Tasks(settings)
+    task = tasks.resolve(request.env.task_id, request.env.seed, where="env.")
+    check_area(task, area, where="env.config.area")
+    if task is not None:
+        return task.seed
     seed = request.env.seed
     if seed is None:
-        return seed_from_run_id(request.run_id, settings.max_seed)
+        return seed_from_run_id(request.run_id, tasks.splits[TRAIN].size - 1)
     if not 0 <= seed <= settings.max_seed:
         raise InvalidRequest(f"env.seed must be in [0, {settings.max_seed}]", code="seed_out_of_range")
     return seed
@@ -346,7 +354,7 @@ def build_plan(request: RolloutRequest, settings: Settings) -> RolloutPlan:
         mode=request.mode,
         env_name=env_name,
         policy_name=policy_name,
-        seed=_seed(request, settings),
+        seed=_seed(request, _area(env_config, settings), settings),
         area=_area(env_config, settings),
         length=env_config.length or settings.episode_length,
         difficulty=env_config.difficulty,

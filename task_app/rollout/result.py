@@ -1,4 +1,4 @@
-"""What a rollout produced, and its RolloutResponse (CONTRACT.md §3).
+"""What a rollout produced, and its RolloutResponse (docs/contract.md, "The rollout response").
 
 The engine appends one `DecisionRecord` per env op; tracing builds traces from the same records, so
 the response and the stored trace can never disagree.
@@ -69,10 +69,10 @@ class DecisionRecord:
         return self.outcome.reward or None
 
     def step_info(self, inference_url: str | None = None) -> dict[str, Any]:
-        """The step's `info`; `meta` carries the seed system's per-step fields (seed-behaviour §5.4) that
-        trainers read: `inference_url` (the policy's URL, which synth-ai's RL validation requires on
-        every step), `turn_index`, `inference_ms`, `usage` and `timing`. The request sent and the raw
-        answer stay in the trace."""
+        """The step's `info`; `meta` carries the old system's per-step fields that trainers read
+        (docs/compatibility.md, "Per-step fields"): `inference_url` (the policy's URL, which synth-ai's
+        RL validation requires on every step), `turn_index`, `inference_ms`, `usage` and `timing`. The
+        request sent and the raw answer stay in the trace."""
         meta: dict[str, Any] = {
             "decision_index": self.index,
             "episode": self.episode,
@@ -270,8 +270,8 @@ class RolloutResult:
     def encode_steps(self) -> None:
         """Encode the trajectory steps of the decisions recorded since the last call, for
         `response(encoded=True)`. Called after each decision, so that the end of a rollout only joins
-        them: where a thousand rollouts end together, their ends queue behind one another (benchmarks/
-        B8: building the response 0.30 -> 0.06 ms an end on the event loop)."""
+        them: where a thousand rollouts end together, their ends queue behind one another on the event
+        loop, so each end should do as little as it can."""
         plan, done = self.plan, self._encoded_steps
         if not plan.record_trajectories:
             return

@@ -1,7 +1,7 @@
-"""Decision-level step-reward shaping (CONTRACT.md §6, seed-behaviour §5.3 with its bugs fixed).
+"""Decision-level step-reward shaping (docs/contract.md, "Step rewards"; the old system's with its bugs fixed).
 
 Shaping is metadata: it never changes a step's `reward` or the episode returns. Fixed relative to
-the seed system:
+the old system:
 - `k_limits` count unlocks (each increment of an achievement's counter), so a limit of 3 credits an
   achievement up to three times per episode;
 - `indicator_lambda: 0` means 0 (the seed read it as 1.0); absent means 1.0;

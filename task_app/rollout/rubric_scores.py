@@ -1,7 +1,7 @@
 """The two shipped rubrics (`rubrics/*.json`, advertised in `/info`) scored over a rollout, deterministically.
 
 Each rubric criterion has a definition here over what the engine recorded (unlocks, inventories,
-achievement counters, how the episode ended); the README's "Rubric scores" section states them.
+achievement counters, how the episode ended); docs/training-data.md, "Rubric scores", states them.
 
     episode ──► outcome criteria (one value each, over the whole episode)
             ──► event criteria (one value per decision, averaged over the episode's decisions)

@@ -4,11 +4,13 @@
                           headers: Content-Type: application/json, X-Task-App-Run-Id: <run_id>; never a key
 
 The URL was checked when the run was submitted (`rollout.plan.check_outbound_url`: http(s), no
-credentials, its host in TASKAPP_INFERENCE_ALLOWED_HOSTS when that is set). A 2xx answer delivers it;
-a connection failure, a timeout, 408, 429 and 5xx are tried again, after `TASKAPP_CALLBACK_BACKOFF_S`
-doubling per attempt (at most `MAX_BACKOFF_S`), `TASKAPP_CALLBACK_MAX_ATTEMPTS` times in all; any
-other status is the receiver's refusal and ends the delivery. The outcome goes into the run's record
-(`GET /runs/{run_id}`: `callback`); the result stays available either way.
+credentials, its host in TASKAPP_INFERENCE_ALLOWED_HOSTS when that is set). A 2xx answer delivers it
+(its body is not read past `ANSWER_BYTES`; `status` is the receiver's all the same); a connection
+failure, a timeout, 408, 429 and 5xx are tried again (`core.backoff`: up to `TASKAPP_CALLBACK_BACKOFF_S`
+doubling per attempt, at most `MAX_BACKOFF_S`, with full jitter, the receiver's Retry-After honoured up
+to `MAX_BACKOFF_S`), `TASKAPP_CALLBACK_MAX_ATTEMPTS` times in all; any other status is the receiver's
+refusal and ends the delivery. The outcome goes into the run's record (`GET /runs/{run_id}`:
+`callback`); the result stays available either way.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import anyio
 
+from ..core.backoff import Backoff, retry_after_seconds
 from ..core.outbound import AnswerTooLarge, Outbound, SendFailure, post
 from ..core.settings import Settings
 
@@ -32,8 +35,7 @@ _SERVER_ERROR = 500
 class Callbacks:
     def __init__(self, http: Outbound, settings: Settings) -> None:
         self.http = http
-        self.attempts = settings.callback_max_attempts
-        self.backoff_s = settings.callback_backoff_s
+        self.backoff = Backoff(settings.callback_backoff_s, MAX_BACKOFF_S, max_attempts=settings.callback_max_attempts)
         self.connect_timeout_s = settings.inference_connect_timeout_s
         self.timeout_s = settings.callback_timeout_s
 
@@ -42,9 +44,9 @@ class Callbacks:
         headers = {"Content-Type": "application/json", "X-Task-App-Run-Id": run_id}
         status: int | None = None
         error: str | None = None
-        for attempt in range(1, self.attempts + 1):
-            if attempt > 1:
-                await anyio.sleep(min(MAX_BACKOFF_S, self.backoff_s * 2 ** (attempt - 2)))
+        retry = self.backoff.start()
+        while True:
+            retry_after: str | None = None
             try:
                 answer = await post(
                     self.http,
@@ -56,17 +58,25 @@ class Callbacks:
                     total_timeout_s=self.connect_timeout_s + self.timeout_s,
                     max_bytes=ANSWER_BYTES,
                 )
-            except AnswerTooLarge:  # a 2xx with a long body: delivered all the same
-                return {"delivered": True, "attempts": attempt, "status": 200, "error": None}
+            except AnswerTooLarge as exc:  # a 2xx with a long body: delivered all the same
+                return {"delivered": True, "attempts": retry.attempt, "status": exc.status, "error": None}
             except SendFailure as exc:
                 status, error = None, f"{exc.kind}: {exc}"
                 if exc.kind == SendFailure.REQUEST:
                     break
-                continue
-            status, error = answer.status, None if answer.ok else f"HTTP {answer.status}"
-            if answer.ok:
-                return {"delivered": True, "attempts": attempt, "status": status, "error": None}
-            if answer.status not in _AGAIN and answer.status < _SERVER_ERROR:
+            else:
+                status, error, retry_after = (
+                    answer.status,
+                    None if answer.ok else f"HTTP {answer.status}",
+                    answer.retry_after,
+                )
+                if answer.ok:
+                    return {"delivered": True, "attempts": retry.attempt, "status": status, "error": None}
+                if answer.status not in _AGAIN and answer.status < _SERVER_ERROR:
+                    break
+            wait = retry.next_wait(retry_after_seconds(retry_after))
+            if wait is None:
                 break
-        logger.warning("callback for run %s not delivered after %d attempt(s): %s", run_id, attempt, error)
-        return {"delivered": False, "attempts": attempt, "status": status, "error": error}
+            await anyio.sleep(wait)
+        logger.warning("callback for run %s not delivered after %d attempt(s): %s", run_id, retry.attempt, error)
+        return {"delivered": False, "attempts": retry.attempt, "status": status, "error": error}

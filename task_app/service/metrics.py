@@ -12,8 +12,8 @@
                 taskapp_trace_storage_failures_total, taskapp_run_store_failures_total (counters);
                 taskapp_process_info{instance} (1), the process's id in the fleet (rollout/fleet.py)
 
-Per process: each Modal container has its own, and a scrape of the app's URL reaches one of them (the
-README's "Operating it" says how to read them). One `CollectorRegistry` per app, never the global one.
+Per process: each Modal container has its own, and a scrape of the app's URL reaches one of them
+(docs/fleet.md, "Operating it", says how to read them). One `CollectorRegistry` per app, never the global one.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The task and dataset this app advertises (`/info`, `/task_info`), and per-seed TaskInfo."""
+"""The task and dataset this app advertises (`/info`, `/task_info`), and per-task TaskInfo (the splits
+and task ids are `core/tasks.py`'s)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 from ..core.lru import LruMap
 from ..core.rubrics import Rubric
 from ..core.settings import Settings
+from ..core.tasks import Task, Tasks
 from ..game import ACTIONS, TOOL_NAME, WorldFactory, WorldTraits, world_traits
 
 TASK = {"id": "crafter_classic", "name": "Crafter Classic", "description": None, "version": "1.0.0"}
@@ -15,7 +17,7 @@ DATASET = {
     "id": "crafter_classic_procedural",
     "name": "Crafter Classic Procedural Seeds",
     "version": "1.0.0",
-    "splits": ["train"],
+    "splits": ["train", "eval"],
     "default_split": "train",
     "cardinality": None,
     "description": "Procedural Crafter Classic seeds with reproducible world traits.",
@@ -61,9 +63,15 @@ class Taskset:
     def __init__(self, settings: Settings, rubrics: dict[str, Rubric]) -> None:
         self.settings = settings
         self.rubrics = rubrics
+        self.tasks = Tasks(settings)
 
     def dataset(self) -> dict[str, Any]:
-        return {**DATASET, "seed_range": [0, self.settings.max_seed], "default_seed": self.settings.default_seed}
+        return {
+            **DATASET,
+            "seed_range": [0, self.settings.max_seed],
+            "default_seed": self.settings.default_seed,
+            **self.tasks.describe(),
+        }
 
     def inference(self) -> dict[str, Any]:
         return {
@@ -116,13 +124,16 @@ class Taskset:
             "aggregation": outcome.aggregation,
         }
 
-    def task_info(self, seed: int, traits: WorldTraits) -> dict[str, Any]:
-        settings = self.settings
+    def task_info(self, task: Task, traits: WorldTraits) -> dict[str, Any]:
+        settings, seed = self.settings, task.seed
         return {
             "task": dict(TASK),
+            "task_id": task.task_id,
             "environment": "crafter",
             "dataset": {
                 **self.dataset(),
+                "split": task.split,
+                "task_index": task.index,
                 "seed": seed,
                 "difficulty": traits.difficulty,
                 "config": {"seed": seed, "area": list(settings.area), "length": settings.episode_length},

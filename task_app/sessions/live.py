@@ -13,6 +13,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 
@@ -41,11 +42,34 @@ class RateBucket:
         return (1 - self.tokens) / self.rate
 
 
+@dataclass(frozen=True, slots=True)
+class Episode:
+    """Where an env is in its episodes: derived from its log, and carried by its checkpoints."""
+
+    number: int = 1  # episodes started (1 at creation, +1 per reset)
+    calls: int = 0  # step calls that ran in this episode (OpenEnv's step_count)
+    episode_id: str | None = None  # what the reset that started it named it (OpenEnv's episode_id)
+
+    def next(self, episode_id: str | None) -> Episode:
+        return Episode(self.number + 1, 0, episode_id)
+
+    def stepped(self) -> Episode:
+        return Episode(self.number, self.calls + 1, self.episode_id)
+
+    def as_extra(self) -> dict[str, Any]:
+        return {"episode": self.number, "calls": self.calls, "eid": self.episode_id}
+
+    @classmethod
+    def from_extra(cls, extra: dict[str, Any]) -> Episode:
+        eid = extra.get("eid")
+        return cls(int(extra.get("episode", 1)), int(extra.get("calls", 0)), str(eid) if eid is not None else None)
+
+
 @dataclass(slots=True)
 class LiveEnv:
     meta: EnvMeta
     game: Game
-    episode: int  # episodes started (1 at creation, +1 per reset)
+    episode: Episode
     head: int  # log entries applied: the index the next entry claims
     slot_at: float  # wall-clock time of the slot's last refresh known to this process
     bucket: RateBucket

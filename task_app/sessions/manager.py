@@ -34,12 +34,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import Conflict, Gone, InvalidRequest, NotFound, RateLimited, TaskAppError
+from ..core.json_codec import dumps_bytes, loads
 from ..core.offload import Offload, run_in_thread
+from ..core.tasks import Task, Tasks, check_area
 from ..game import ActionPlan, DecisionOutcome, Game, Observation, WorldFactory, normalise_tool_calls
 from ..game.checkpoint import dump_game, load_game
 from ..store import StateStore
-from .config import EnvSpec, SessionLimits, check_seed
-from .live import LiveCache, LiveEnv, RateBucket, retry_after
+from .env_spec import EnvSpec, SessionLimits, check_seed
+from .live import Episode, LiveCache, LiveEnv, RateBucket, retry_after
 from .records import (
     END,
     EXPIRED,
@@ -50,12 +52,10 @@ from .records import (
     Origin,
     checkpoint_key,
     decode_meta,
-    dumps,
     ended,
     env_prefix,
     expired,
     hint_key,
-    loads,
     log_key,
     marker_key,
     meta_key,
@@ -82,6 +82,9 @@ class EnvView:
     observation: Observation
     step_idx: int  # crafter steps in the current episode
     episode: int
+    calls: int  # step calls that ran in the current episode
+    episode_id: str  # the id its reset named it by, else `<env_id>-<episode>`
+    task_id: str | None  # the task whose world the current episode plays, if any
     seed: int
     done: bool
     truncated: bool
@@ -98,17 +101,21 @@ class EnvView:
 def view_of(
     env_id: str,
     game: Game,
-    episode: int,
+    episode: Episode,
     observation: Observation,
     outcome: DecisionOutcome | None = None,
     plan: ActionPlan | None = None,
     episode_over: bool = False,
+    task_id: str | None = None,
 ) -> EnvView:
     return EnvView(
         env_id=env_id,
         observation=observation,
         step_idx=game.env.step_count,
-        episode=episode,
+        episode=episode.number,
+        calls=episode.calls,
+        episode_id=episode.episode_id or f"{env_id}-{episode.number}",
+        task_id=task_id,
         seed=int(game.env._seed),
         done=game.done,
         truncated=game.truncated,
@@ -141,10 +148,12 @@ class EnvSessions:
         limits: SessionLimits,
         offload: Offload = run_in_thread,
         monotonic: Callable[[], float] = time.monotonic,
+        tasks: Tasks | None = None,
     ) -> None:
         self.store = store
         self.worlds = worlds
         self.limits = limits
+        self.tasks = tasks  # names the task of each view's world (none without it)
         self.offload = offload
         self.monotonic = monotonic
         self.live = LiveCache(limits.max_live, monotonic)
@@ -166,15 +175,26 @@ class EnvSessions:
         except BaseException:
             await self._retire(meta, TERMINATED)
             raise
-        live = self.live.add(self._live(meta, game, 1, self.store.clock()))
+        live = self.live.add(self._live(meta, game, Episode(), self.store.clock()))
         self.counters["created"] += 1
         return self._view(live, observation)
 
-    async def reset(self, env_id: str, seed: int | None) -> EnvView:
+    async def reset(
+        self, env_id: str, seed: int | None, *, task: Task | None = None, episode_id: str | None = None
+    ) -> EnvView:
+        """A new episode: of `task`'s world (it must have the env's area), of `seed`'s, or of the current
+        seed's; `episode_id` names it (OpenEnv)."""
         async with self._acquire(env_id) as live:
             self._check_steps(live)
-            chosen = live.seed if seed is None else check_seed(seed, self.limits)
-            _, observation = await self._append(live, {"op": RESET, "seed": chosen, "t": self.store.clock()})
+            check_area(task, live.meta.area)
+            if task is not None:
+                chosen = task.seed
+            else:
+                chosen = live.seed if seed is None else check_seed(seed, self.limits)
+            entry: dict[str, Any] = {"op": RESET, "seed": chosen, "t": self.store.clock()}
+            if episode_id is not None:
+                entry["eid"] = episode_id
+            _, observation = await self._append(live, entry)
             return self._view(live, observation)
 
     async def step(self, env_id: str, tool_calls: Sequence[object]) -> EnvView:
@@ -203,7 +223,7 @@ class EnvSessions:
             live.snapshot_hint = await self.slots.claim_snapshot(env_id, snapshot_id, live.snapshot_hint)
             spec, checkpoint = await self._copy(live)
             header = {"v": 1, "source": env_id, "spec": spec.as_dict(), "created_at": self.store.clock()}
-            record = dumps(header) + b"\n" + checkpoint
+            record = dumps_bytes(header) + b"\n" + checkpoint
             await self.store.put(snapshot_key(snapshot_id), record, ttl_s=self.limits.ttl_s)
             return SnapshotInfo(snapshot_id, len(record), live.meta.rl_run_id, snapshot_key(snapshot_id))
 
@@ -212,10 +232,15 @@ class EnvSessions:
         if raw is None:
             raise NotFound(f"snapshot {snapshot_id!r} not found", code="snapshot_not_found", snapshot_id=snapshot_id)
         header, checkpoint = _split_snapshot(raw)
-        self.live.make_room()
-        meta = await self._register(EnvSpec.from_dict(header["spec"]), checkpoint, snapshot_id)
+        return await self.adopt(EnvSpec.from_dict(header["spec"]), checkpoint, snapshot_id)
 
-        def build() -> tuple[Game, int, Observation]:
+    async def adopt(self, spec: EnvSpec, checkpoint: bytes, parent: str | None) -> EnvView:
+        """A new env that starts from `checkpoint` (`dump_game` of a game of `spec`, with its `Episode`
+        as extra): a restored snapshot, or a game this process held outside the store."""
+        self.live.make_room()
+        meta = await self._register(spec, checkpoint, parent)
+
+        def build() -> tuple[Game, Episode, Observation]:
             game, episode = self._load(checkpoint, meta)
             return game, episode, game.observe()
 
@@ -319,11 +344,11 @@ class EnvSessions:
             index = 0
         entries = await self._read_log(env_id, index * every, min(every + 1, MAX_READ_BATCH))
 
-        def build() -> tuple[Game, int, int, dict[str, Any] | None]:
+        def build() -> tuple[Game, Episode, int, dict[str, Any] | None]:
             if checkpoint is not None:
                 game, episode = self._load(checkpoint, meta)
             else:
-                game, episode = self._fresh(meta.seed, meta), 1
+                game, episode = self._fresh(meta.seed, meta), Episode()
             return self._replay(meta, game, episode, entries)
 
         game, episode, applied, end = await self.offload(build)
@@ -363,7 +388,7 @@ class EnvSessions:
 
     async def _append(self, live: LiveEnv, entry: dict[str, Any]) -> tuple[DecisionOutcome | None, Observation]:
         """Claim the next log index for `entry` (catching up while others hold it), then apply it."""
-        data = dumps(entry)
+        data = dumps_bytes(entry)
         for _ in range(MAX_CLAIM_ATTEMPTS):
             if await self.store.put_if_absent(log_key(live.env_id, live.head), data):
                 result = await self.offload(lambda: self._apply(live, entry))
@@ -382,20 +407,23 @@ class EnvSessions:
         outcome = None
         if entry["op"] == STEP:
             outcome = live.game.apply(ActionPlan(tuple(entry["a"])))
+            live.episode = live.episode.stepped()
         elif entry["op"] == RESET:
-            replaced, live.game, live.episode = live.game, self._fresh(int(entry["seed"]), live.meta), live.episode + 1
+            replaced, live.game = live.game, self._fresh(int(entry["seed"]), live.meta)
+            live.episode = live.episode.next(entry.get("eid"))
             replaced.close()
         return outcome, live.game.observe()
 
     def _replay(
-        self, meta: EnvMeta, game: Game, episode: int, entries: list[dict[str, Any]]
-    ) -> tuple[Game, int, int, dict[str, Any] | None]:
+        self, meta: EnvMeta, game: Game, episode: Episode, entries: list[dict[str, Any]]
+    ) -> tuple[Game, Episode, int, dict[str, Any] | None]:
         """Worker thread: apply entries in order; stops at an end entry (returned)."""
         for applied, entry in enumerate(entries):
             if entry["op"] == STEP:
                 game.apply(ActionPlan(tuple(entry["a"])))
+                episode = episode.stepped()
             elif entry["op"] == RESET:
-                replaced, game, episode = game, self._fresh(int(entry["seed"]), meta), episode + 1
+                replaced, game, episode = game, self._fresh(int(entry["seed"]), meta), episode.next(entry.get("eid"))
                 replaced.close()
             else:
                 return game, episode, applied, entry
@@ -406,9 +434,9 @@ class EnvSessions:
         if live.head % every:
             return
         index = live.head // every
-        data = await self.offload(lambda: dump_game(live.game, {"episode": live.episode}))
+        data = await self.offload(lambda: dump_game(live.game, live.episode.as_extra()))
         await self.store.put(checkpoint_key(live.env_id, index), data)
-        await self.store.put(hint_key(live.env_id), dumps(index))
+        await self.store.put(hint_key(live.env_id), dumps_bytes(index))
         self.counters["checkpoints"] += 1
 
     def _check_steps(self, live: LiveEnv) -> None:
@@ -430,7 +458,7 @@ class EnvSessions:
         try:
             if checkpoint is not None:
                 await self.store.put(checkpoint_key(env_id, 0), checkpoint)
-            await self.store.put(marker_key(env_id), dumps({"slot": slot, "at": meta.created_at}))
+            await self.store.put(marker_key(env_id), dumps_bytes({"slot": slot, "at": meta.created_at}))
             await self.store.put(meta_key(env_id), meta.encode())
         except BaseException:
             await self.slots.release(slot, env_id)
@@ -444,7 +472,7 @@ class EnvSessions:
         still holds the env live only re-reads the slot that often, and until then it must find its next
         claim taken (by the end entry) rather than free, or it would write into a deleted log."""
         self.live.drop(meta.env_id)
-        tombstone = dumps({"gone": why, "at": self.store.clock()})
+        tombstone = dumps_bytes({"gone": why, "at": self.store.clock()})
         await self.store.put(meta_key(meta.env_id), tombstone, ttl_s=self.limits.ttl_s)
         await self.slots.release(meta.slot, meta.env_id)
 
@@ -491,16 +519,16 @@ class EnvSessions:
     def _fresh(self, seed: int, meta: EnvMeta) -> Game:
         return Game(self.worlds.world(seed, meta.area, meta.length), image_size=meta.image_size)
 
-    def _load(self, checkpoint: bytes, meta: EnvMeta) -> tuple[Game, int]:
+    def _load(self, checkpoint: bytes, meta: EnvMeta) -> tuple[Game, Episode]:
         game, extra = load_game(checkpoint, self.worlds, meta.image_size)
-        return game, int(extra.get("episode", 1))
+        return game, Episode.from_extra(extra)
 
     async def _copy(self, live: LiveEnv) -> tuple[EnvSpec, bytes]:
         """The env's current spec (its current seed) and a checkpoint of its current state."""
-        checkpoint = await self.offload(lambda: dump_game(live.game, {"episode": live.episode}))
+        checkpoint = await self.offload(lambda: dump_game(live.game, live.episode.as_extra()))
         return live.meta.spec(live.seed), checkpoint
 
-    def _live(self, meta: EnvMeta, game: Game, episode: int, slot_at: float, head: int = 0) -> LiveEnv:
+    def _live(self, meta: EnvMeta, game: Game, episode: Episode, slot_at: float, head: int = 0) -> LiveEnv:
         return LiveEnv(meta, game, episode, head, slot_at, RateBucket(self.limits.rate_per_s))
 
     def _view(
@@ -512,4 +540,15 @@ class EnvSessions:
         plan: ActionPlan | None = None,
         episode_over: bool = False,
     ) -> EnvView:
-        return view_of(live.env_id, live.game, live.episode, observation, outcome, plan, episode_over)
+        return view_of(
+            live.env_id, live.game, live.episode, observation, outcome, plan, episode_over, self.task_id(live)
+        )
+
+    def task_id(self, live: LiveEnv) -> str | None:
+        """The task id of the env's current world: its seed's, when the env has the tasks' area."""
+        if self.tasks is None or live.meta.area != self.tasks.area:
+            return None
+        try:
+            return self.tasks.task_of_seed(live.seed).task_id
+        except InvalidRequest:
+            return None

@@ -1,28 +1,37 @@
-"""The Crafter env in OpenEnv's protocol (openenv-core 0.3.0, `openenv/core/env_server`), HTTP-free.
+"""The Crafter env in OpenEnv's protocol (openenv 0.3-0.10, `openenv/core/env_server`), HTTP-free.
 
-    HTTP   reset / step / state: the token's one env, an env session like any other (in the state store,
-           so any process serves it); health, metadata, schema; mcp: JSON-RPC (tools/list only)
-    WS     one env per connection, kept in the process holding the connection (Modal pins a WebSocket
-           to one container): messages reset / step / state / close, answered with observation / state
-           / error messages carrying OpenEnv's error codes; a capped number of connections per process,
-           beyond it one CAPACITY_REACHED error and the close.
+    HTTP   reset / step / state: a tool session (`tools.py`: in the state store, so any process serves
+           it); health, metadata, schema; mcp: JSON-RPC (`mcp.py`)
+    WS     messages reset / step / state / mcp / close, answered with observation / state / mcp / error
+           messages carrying OpenEnv's error codes. A connection plays its own env in the process holding
+           it (Modal pins a WebSocket to one container, and this keeps the state store off the step path)
+           until it attaches to a tool session: at connect (`?session_id=`, what MCPToolClient opens) or
+           on its first tool call (its game moves into the store). A capped number of connections per
+           process; beyond it one CAPACITY_REACHED error and the close.
 
 Shapes as openenv-core's server writes them: an observation reply is `{"observation": {...}, "reward",
 "done"}` (its `serialize_observation`), an error `{"type": "error", "data": {"message", "code", ...}}`.
 An action is `{"actions": [...]}` (names or ids, executed in order), `{"action": name}` or
-`{"tool_calls": [...]}` in any shape CONTRACT §5 accepts.
+`{"tool_calls": [...]}` in any shape docs/contract.md ("The tool") accepts; or an MCP-style action
+(`{"type": "list_tools"}`, `{"type": "call_tool", "tool_name", "arguments"}`: what openenv < 0.5's
+MCPToolClient steps with). Replies carry `metadata` (openenv >= 0.4): the session, the task, what ran,
+what was rejected, what was unlocked.
 """
 
 from __future__ import annotations
 
 import secrets
+from contextlib import suppress
+from dataclasses import replace
 from enum import StrEnum
 from typing import Any
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ..core.errors import Gone, InvalidRequest, NotConfigured, NotFound, RateLimited, TaskAppError, Unauthorized
 from ..core.offload import Offload
+from ..core.tasks import TASK_ID_MAX_LENGTH, check_area
 from ..game import (
     ACTIONS,
     TOOL_NAME,
@@ -33,8 +42,12 @@ from ..game import (
     WorldFactory,
     normalise_tool_calls,
 )
-from .config import EnvSpec, SessionLimits
+from ..game.checkpoint import dump_game
+from .env_spec import EnvSpec
+from .live import Episode
 from .manager import EnvView, view_of
+from .openenv_mcp import Door, answer_rpc, parse_rpc
+from .tools import ToolSessions
 from .views import observation_body
 
 PROTOCOL_VERSION = "1.0.0"  # OpenEnv's runtime checks read the OpenAPI info.version ("openenv-http/1.x")
@@ -103,10 +116,15 @@ class CrafterState(BaseModel):
     achievements: list[str] = Field(default_factory=list)
 
 
+SESSION_ID = Field(default=None, max_length=64, description="the session to drive (openenv/session/create, reset)")
+
+
 class ResetRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
     seed: int | None = Field(default=None, ge=0)
+    task_id: str | None = Field(default=None, max_length=TASK_ID_MAX_LENGTH, description="e.g. crafter/eval/17")
     episode_id: str | None = Field(default=None, max_length=255)
+    session_id: str | None = SESSION_ID
 
 
 class StepRequest(BaseModel):
@@ -114,6 +132,7 @@ class StepRequest(BaseModel):
     action: dict[str, Any]
     timeout_s: float | None = Field(default=None, gt=0)
     request_id: str | None = Field(default=None, max_length=255)
+    session_id: str | None = SESSION_ID
 
 
 METADATA = {
@@ -137,69 +156,101 @@ def schemas() -> dict[str, Any]:
     }
 
 
-def observation_payload(view: EnvView, *, stepped: bool) -> dict[str, Any]:
-    """`{"observation", "reward", "done"}` as OpenEnv's serialize_observation writes it."""
+def reply_metadata(view: EnvView, session_id: str | None) -> dict[str, Any]:
+    """What a reply's `metadata` says: whose session, which task, what ran, was rejected, was unlocked."""
+    outcome, plan = view.outcome, view.plan
+    return {
+        "session_id": session_id,
+        "task_id": view.task_id,
+        "seed": view.seed,
+        "episode_id": view.episode_id,
+        "step_count": view.calls,
+        "achievements_added": list(outcome.unlocked) if outcome else [],
+        "actions": outcome.actions if outcome else [],
+        "rejected": [rejection.as_dict() for rejection in plan.rejected] if plan else [],
+        "episode_over": view.episode_over,
+    }
+
+
+def observation_payload(view: EnvView, *, stepped: bool, session_id: str | None = None) -> dict[str, Any]:
+    """`{"observation", "reward", "done", "metadata"}` as OpenEnv's serialize_observation writes it (the
+    metadata both beside the observation and in it)."""
     observation = observation_body(view)
     observation.update(step_idx=view.step_idx, episode=view.episode)
     if view.outcome is not None:
         observation.update(achievements_added=list(view.outcome.unlocked), actions=view.outcome.actions)
     if view.plan is not None:
         observation["rejected"] = [rejection.as_dict() for rejection in view.plan.rejected]
-    return {"observation": observation, "reward": view.reward if stepped else None, "done": view.done}
+    metadata = reply_metadata(view, session_id)
+    observation["metadata"] = metadata
+    reward = view.reward if stepped else None
+    return {"observation": observation, "reward": reward, "done": view.done, "metadata": metadata}
 
 
-def state_payload(view: EnvView | None, episode_id: str | None) -> dict[str, Any]:
+def state_payload(view: EnvView | None, session_id: str | None = None) -> dict[str, Any]:
+    """OpenEnv's State: `step_count` counts step calls in the episode (not crafter steps, `step_idx`)."""
     if view is None:
         return CrafterState().model_dump()
     achievements = [name for name, unlocked in view.observation.data["achievements_status"].items() if unlocked]
+    extra = {"session_id": session_id} if session_id is not None else {}
     return CrafterState(
-        episode_id=episode_id or f"{view.env_id}-{view.episode}",
-        step_count=view.step_idx,
+        episode_id=view.episode_id,
+        step_count=view.calls,
         seed=view.seed,
         done=view.done,
         achievements=achievements,
         env_id=view.env_id,
         episode=view.episode,
+        task_id=view.task_id,
+        **extra,
     ).model_dump()
-
-
-def mcp_reply(body: bytes) -> dict[str, Any]:
-    """POST /mcp: JSON-RPC 2.0. `tools/list` names the one tool; calls go through /step or the WebSocket."""
-
-    def error(code: int, message: str, request_id: Any = None) -> dict[str, Any]:
-        return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
-
-    try:
-        request = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return error(-32700, "Parse error")
-    if not isinstance(request, dict) or request.get("jsonrpc") != "2.0" or not isinstance(request.get("method"), str):
-        return error(-32600, "Invalid Request")
-    request_id = request.get("id")
-    if not isinstance(request_id, str | int | None) or isinstance(request_id, bool):
-        return error(-32600, "Invalid Request")
-    if request["method"] != "tools/list":
-        return error(-32601, "Method not found: this env is stepped through /step or the WebSocket", request_id)
-    tool = {"name": TOOL_NAME, "description": METADATA["description"], "inputSchema": CrafterAction.model_json_schema()}
-    return {"jsonrpc": "2.0", "id": request_id, "result": {"tools": [tool]}}
 
 
 def ws_error(code: WSErrorCode, message: str, **details: Any) -> dict[str, Any]:
     return {"type": "error", "data": {"message": message, "code": code.value, **details}}
 
 
-class WsSession:
-    """One WebSocket connection's env: `handle(text)` answers one message (and says whether to close)."""
+def _ws_error_of(exc: TaskAppError) -> dict[str, Any]:
+    code = WSErrorCode.VALIDATION_ERROR if exc.status == 422 else WSErrorCode.EXECUTION_ERROR
+    details = {"error_code": exc.code, "status": exc.status}
+    if isinstance(exc, RateLimited):
+        details["retry_after_s"] = exc.retry_after_s
+    return ws_error(code, exc.message, **details)
 
-    def __init__(self, spec: EnvSpec, worlds: WorldFactory, limits: SessionLimits, offload: Offload) -> None:
+
+def _validation_errors(exc: ValidationError) -> dict[str, Any]:
+    errors = [{"loc": list(error["loc"]), "msg": error["msg"], "type": error["type"]} for error in exc.errors()]
+    return ws_error(WSErrorCode.VALIDATION_ERROR, "Invalid message", errors=errors)
+
+
+def mcp_style_step(data: dict[str, Any]) -> bool:
+    """openenv < 0.5's MCPToolClient steps with `{"type": "list_tools"}` / `{"type": "call_tool", ...}`."""
+    return data.get("type") in ("list_tools", "call_tool")
+
+
+class WsConnection:
+    """One WebSocket connection: `handle(text)` answers one message (and says whether to close)."""
+
+    def __init__(
+        self,
+        spec: EnvSpec,
+        door: Door,
+        tools: ToolSessions,
+        worlds: WorldFactory,
+        offload: Offload,
+        session_id: str | None = None,
+    ) -> None:
         self.spec = spec
+        self.door = door
+        self.tools = tools
         self.worlds = worlds
-        self.limits = limits
+        self.limits = tools.envs.limits
         self.offload = offload
-        self.session_id = secrets.token_urlsafe(16)
+        self.session_id = session_id  # attached: every message goes to this tool session
+        self.owns_session = False  # made by this connection (closed with it), not attached at connect
+        self.local_id = secrets.token_urlsafe(16)
         self.game: Game | None = None
-        self.episode = 0
-        self.episode_id: str | None = None
+        self.episode = Episode(number=0)
         self.last: EnvView | None = None
 
     async def handle(self, text: str) -> tuple[dict[str, Any] | None, bool]:
@@ -211,7 +262,7 @@ class WsSession:
         data = message.get("data", {}) if isinstance(message, dict) else {}
         if kind == "close":
             return None, True
-        handlers = {"reset": self._reset, "step": self._step, "state": self._state}
+        handlers = {"reset": self._reset, "step": self._step, "state": self._state, "mcp": self._mcp}
         handler = handlers.get(kind) if isinstance(kind, str) else None
         if handler is None:
             return ws_error(WSErrorCode.UNKNOWN_TYPE, f"Unknown message type: {kind}"), False
@@ -222,13 +273,27 @@ class WsSession:
         try:
             return await handler(data), False
         except ValidationError as exc:
-            errors = [{"loc": list(error["loc"]), "msg": error["msg"], "type": error["type"]} for error in exc.errors()]
-            return ws_error(WSErrorCode.VALIDATION_ERROR, "Invalid message", errors=errors), False
+            return _validation_errors(exc), False
+        except TaskAppError as exc:
+            if isinstance(exc, Unauthorized | NotConfigured):
+                raise
+            return _ws_error_of(exc), False
 
     async def _reset(self, data: dict[str, Any]) -> dict[str, Any]:
         request = ResetRequest.model_validate(data)
-        seed = request.seed if request.seed is not None else self.spec.seed
-        if seed > self.limits.max_seed:
+        if self.session_id is not None:
+            view = await self.tools.reset(
+                self.door.scope,
+                self.session_id,
+                task_id=request.task_id,
+                seed=request.seed,
+                episode_id=request.episode_id,
+            )
+            return {"type": "observation", "data": observation_payload(view, stepped=False, session_id=self.session_id)}
+        task = self.tools.tasks.resolve(request.task_id, request.seed)
+        check_area(task, self.spec.area)
+        seed = task.seed if task is not None else request.seed if request.seed is not None else self.spec.seed
+        if seed > self.limits.max_seed and task is None:
             return ws_error(WSErrorCode.VALIDATION_ERROR, f"seed must be in [0, {self.limits.max_seed}]")
 
         def start() -> Game:
@@ -237,36 +302,100 @@ class WsSession:
         replaced, self.game = self.game, await self.offload(start)
         if replaced is not None:
             replaced.close()
-        self.episode += 1
-        self.episode_id = request.episode_id
+        self.episode = self.episode.next(request.episode_id)
         self.last = self._view(await self.offload(self.game.observe))
         return {"type": "observation", "data": observation_payload(self.last, stepped=False)}
 
     async def _step(self, data: dict[str, Any]) -> dict[str, Any]:
+        if mcp_style_step(data):
+            return await self._tool_step(data)
         action = CrafterAction.model_validate(data)
+        if self.session_id is not None:
+            view = await self.tools.step(self.door.scope, self.session_id, action.tool_calls_for_env())
+            return {"type": "observation", "data": observation_payload(view, stepped=True, session_id=self.session_id)}
         game = self.game
         if game is None:
             return ws_error(WSErrorCode.EXECUTION_ERROR, "no episode yet: send a reset first")
         plan = normalise_tool_calls(action.tool_calls_for_env(), self.limits.max_actions)
         outcome, observation = await self.offload(lambda: game.step(plan))
+        self.episode = self.episode.stepped()
         self.last = self._view(observation, outcome, plan)
         return {"type": "observation", "data": observation_payload(self.last, stepped=True)}
 
-    def close(self) -> None:
-        """The connection is over: its world's memory returns now (`Game.close`)."""
+    async def _tool_step(self, data: dict[str, Any]) -> dict[str, Any]:
+        """An MCP-style step: the tools as observations (OpenEnv's CallToolObservation / ListToolsObservation)."""
+        if data.get("type") == "list_tools":
+            return {"type": "observation", "data": {"observation": {"tools": self.tools.tool_list()}, "done": False}}
+        name = data.get("tool_name")
+        await self._attach()
+        assert self.session_id is not None  # noqa: S101 - _attach sets it
+        try:
+            result = await self.tools.call(self.door.scope, self.session_id, name, data.get("arguments") or {})
+        except InvalidRequest as exc:
+            kind = "tool_not_found" if exc.code == "unknown_tool" else "invalid_args"
+            observation = {"tool_name": name, "result": None, "error": {"error_type": kind, "message": exc.message}}
+            return {"type": "observation", "data": {"observation": observation, "reward": None, "done": False}}
+        metadata = result.structured()
+        observation = {"tool_name": name, "result": result.mcp(), "error": None, "metadata": metadata}
+        payload = {"observation": observation, "reward": result.reward, "done": result.done, "metadata": metadata}
+        return {"type": "observation", "data": payload}
+
+    async def _state(self, data: dict[str, Any]) -> dict[str, Any]:
+        if self.session_id is not None:
+            view = await self.tools.state(self.door.scope, self.session_id)
+            return {"type": "state", "data": state_payload(view, self.session_id)}
+        return {"type": "state", "data": state_payload(self.last)}
+
+    async def _mcp(self, data: dict[str, Any]) -> dict[str, Any]:
+        """`{"type": "mcp", "data": <JSON-RPC request>}`: answered with `{"type": "mcp", "data": <response>}`;
+        a tool call attaches the connection to a session first (its game moves into the state store)."""
+        request, problem = parse_rpc(data)
+        if request is None:
+            return {"type": "mcp", "data": problem}
+        params = request.get("params")
+        if request["method"] == "tools/call" and not (isinstance(params, dict) and params.get("session_id")):
+            await self._attach()
+        answer, _ = await answer_rpc(self.tools, self.door, request, session_id=self.session_id)
+        return {"type": "mcp", "data": answer}
+
+    async def _attach(self) -> None:
+        """Play on in a tool session from here on: the local game's state, or a new session without one."""
+        if self.session_id is not None:
+            return
+        game = self.game
+        if game is None:
+            self.session_id, _ = await self.tools.open(self.door.scope, seed=self.spec.seed, config=self.door.config)
+        else:
+            checkpoint = await self.offload(lambda: dump_game(game, self.episode.as_extra()))
+            spec = replace(self.spec, seed=int(game.env._seed))
+            view = await self.tools.envs.adopt(spec, checkpoint, None)
+            self.session_id = await self.tools.adopt(self.door.scope, view)
+            self.close_local()
+        self.owns_session = True
+
+    def close_local(self) -> None:
+        """The local game's memory returns now (`Game.close`)."""
         if self.game is not None:
             self.game.close()
             self.game = None
 
-    async def _state(self, data: dict[str, Any]) -> dict[str, Any]:
-        return {"type": "state", "data": state_payload(self.last, self.episode_id)}
+    async def close(self) -> None:
+        """The connection is over: its local game freed; a session it made itself ends with it."""
+        self.close_local()
+        if self.owns_session and self.session_id is not None:
+            with suppress(NotFound, Gone):
+                await self.tools.close(self.door.scope, self.session_id)
 
     def _view(
         self, observation: Observation, outcome: DecisionOutcome | None = None, plan: ActionPlan | None = None
     ) -> EnvView:
         if self.game is None:  # pragma: no cover - only called after a reset
             raise RuntimeError("no game")
-        return view_of(self.session_id, self.game, self.episode, observation, outcome, plan)
+        task_id = None
+        if self.spec.area == self.tools.tasks.area:
+            with suppress(InvalidRequest):
+                task_id = self.tools.tasks.task_of_seed(int(self.game.env._seed)).task_id
+        return view_of(self.local_id, self.game, self.episode, observation, outcome, plan, task_id=task_id)
 
 
 class WsCapacity:

@@ -8,6 +8,8 @@
     env/<id>/snap-slot/<k>    one of the env's snapshot slots (TTL), holding a snapshot id
     slots/<i>                 one of TASKAPP_SESSIONS_MAX_ENVS env slots (TTL, refreshed while in use)
     snap/<sid>                a snapshot: the env's spec and a checkpoint (TTL)
+    tool-sessions/<id>        a tool session: the env it plays now (`tools.py`; TTL)
+    openenv/tokens/<digest>   an OpenEnv token, and /session the token's own tool session (`openenv_tokens.py`)
 
 Ids come from `secrets.token_urlsafe(16)` (128 bits); a client-sent id that does not have that form
 cannot name anything and is answered as not found before any key is built from it.
@@ -20,10 +22,9 @@ import secrets
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-import orjson
-
 from ..core.errors import Gone, NotFound, TaskAppError
-from .config import EnvSpec
+from ..core.json_codec import dumps_bytes, loads
+from .env_spec import EnvSpec
 
 _ID = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
 STEP, RESET, END = "step", "reset", "end"
@@ -75,14 +76,6 @@ def snapshot_key(snapshot_id: str) -> str:
     return f"snap/{snapshot_id}"
 
 
-def dumps(value: Any) -> bytes:
-    return orjson.dumps(value)
-
-
-def loads(raw: bytes) -> Any:
-    return orjson.loads(raw)
-
-
 @dataclass(frozen=True, slots=True)
 class EnvMeta:
     """What never changes about an env: written once, before anyone can know its id."""
@@ -120,7 +113,7 @@ class EnvMeta:
         return EnvSpec(self.env_name, seed, self.area, self.length, self.image_size, self.rl_run_id)
 
     def encode(self) -> bytes:
-        return dumps({"v": 1, **asdict(self)})
+        return dumps_bytes({"v": 1, **asdict(self)})
 
     @classmethod
     def decode(cls, value: dict[str, Any]) -> EnvMeta:

@@ -15,10 +15,11 @@ from __future__ import annotations
 import random
 
 from ..core.errors import RateLimited
+from ..core.json_codec import dumps_bytes, loads
 from ..store import StateStore
-from .config import SessionLimits
+from .env_spec import SessionLimits
 from .live import retry_after
-from .records import dumps, loads, slot_key, snapshot_slot_key
+from .records import slot_key, snapshot_slot_key
 
 SLOT_PROBES = 32  # random slots tried before a create is refused (all of them when there are fewer)
 FULL_STORE_RETRY_S = 5
@@ -31,7 +32,7 @@ class Slots:
 
     async def claim(self, env_id: str) -> int:
         """A free env slot for `env_id`, or 429 `too_many_envs`."""
-        value = dumps({"env": env_id, "at": self.store.clock()})
+        value = dumps_bytes({"env": env_id, "at": self.store.clock()})
         total = self.limits.max_envs
         candidates = random.sample(range(total), total) if total <= SLOT_PROBES else None
         for attempt in range(min(total, SLOT_PROBES)):
@@ -54,7 +55,7 @@ class Slots:
         return float(value["at"]) if value.get("env") == env_id else None
 
     async def refresh(self, index: int, env_id: str, now: float) -> None:
-        await self.store.put(slot_key(index), dumps({"env": env_id, "at": now}), ttl_s=self.limits.ttl_s)
+        await self.store.put(slot_key(index), dumps_bytes({"env": env_id, "at": now}), ttl_s=self.limits.ttl_s)
 
     async def release(self, index: int, env_id: str) -> None:
         if await self.held_since(index, env_id) is not None:
@@ -64,7 +65,7 @@ class Slots:
         """One of the env's snapshot slots (probing from `start`); the index to start from next time.
         When all are held: 429 `too_many_snapshots`, retry when the oldest snapshot expires."""
         now, total = self.store.clock(), self.limits.max_snapshots
-        value = dumps({"snapshot": snapshot_id, "at": now})
+        value = dumps_bytes({"snapshot": snapshot_id, "at": now})
         for offset in range(total):
             index = (start + offset) % total
             if await self.store.put_if_absent(snapshot_slot_key(env_id, index), value, ttl_s=self.limits.ttl_s):

@@ -1,8 +1,8 @@
-"""The seed system's answers (seed-behaviour §1.4), built from an `EnvView`.
+"""The old system's answers (docs/compatibility.md, "Env-session routes"), built from an `EnvView`.
 
-The observation is the one `/rollout` shows a policy: the structured dict of CONTRACT §4, plus the
-text the model reads under `text`, plus the frame (`observation_image_*`, the seed's names) only when
-the env was created with `config.image_size`.
+The observation is the one `/rollout` shows a policy: the structured dict of docs/contract.md ("The
+environment"), plus the text the model reads under `text`, plus the frame (`observation_image_*`, the
+old system's names) only when the env was created with `config.image_size`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def observation_body(view: EnvView) -> dict[str, Any]:
 
 
 def _env_info(view: EnvView) -> dict[str, Any]:
-    return {"seed": view.seed, "episode": view.episode, "done": view.done}
+    return {"seed": view.seed, "task_id": view.task_id, "episode": view.episode, "done": view.done}
 
 
 def created_body(view: EnvView) -> dict[str, Any]:

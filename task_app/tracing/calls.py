@@ -49,7 +49,8 @@ def iso(moment: datetime | None) -> str | None:
 @lru_cache(maxsize=256)
 def _utc_iso(moment: datetime) -> str:
     """Cached: each of a decision's four moments is written two or three times (step, call record,
-    tool result, and the rows, which turn epochs back into equal datetimes); `isoformat` is ~1 µs."""
+    tool result, and the rows, which turn epochs back into equal datetimes), and `isoformat` is not
+    free."""
     return moment.isoformat(timespec="microseconds")
 
 

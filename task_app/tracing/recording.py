@@ -24,8 +24,8 @@ from .trace import STRUCTURED, build_session_trace, build_trace_payload, session
 logger = logging.getLogger(__name__)
 
 # How often a running rollout's new rows go to the store. Each flush is one small job, grouped with
-# other rollouts' by the writer; B3 (200 ms model calls) flushes every third decision or so, and a
-# rollout shorter than this writes everything at its end, as before.
+# other rollouts' by the writer; at fast models a flush carries a few decisions, and a rollout
+# shorter than this writes everything at its end (docs/decisions/trace-writer.md).
 FLUSH_INTERVAL_S = 0.5
 
 
@@ -33,17 +33,15 @@ class RolloutRows:
     """The stored trace of one rollout, written while it runs: `add` (the engine's `on_record`) notes
     each decision, and every `flush_interval_s` the rows of the decisions noted since are built and go
     to the store's queue without waiting, so the end of a rollout only builds and commits its last
-    rows and the session row, queued behind its parts rather than after they committed (B8, with the
-    store's multi-row inserts: a rollout's last step to its answer p50 0.90 -> 0.20 s).
+    rows and the session row, queued behind its parts rather than after they committed.
 
     The rows are built on the event loop, a flush's decisions in one run rather than each as it is
     recorded: between two decisions everything else the process does pushes the builder's code and
-    data out of the CPU's caches (B1, same period: 0.95 / 0.99 -> 0.91 / 0.87 ms of server CPU a
-    decision). Writing them during the rollout spends its model calls' idle time on SQLite, where
-    before every rollout of a batch that ended together waited behind every other one's rows
-    (benchmarks/ B3). A bug here never fails the rollout: the rows are dropped, logged, and `commit`
-    stores the trace built from the result instead (replacing any part written), as it does when a
-    part failed to store.
+    data out of the CPU's caches. Writing them during the rollout spends its model calls' idle time on
+    SQLite, where before every rollout of a batch that ended together waited behind every other one's
+    rows (docs/decisions/trace-writer.md has the figures). A bug here never fails the rollout: the rows
+    are dropped, logged, and `commit` stores the trace built from the result instead (replacing any
+    part written), as it does when a part failed to store.
     """
 
     def __init__(

@@ -1,7 +1,8 @@
 """Rewards as traces record them: per-decision achievement deltas, event rewards, the outcome.
 
-Zero rewards are never recorded (the seed stored a 0.0 `achievement_delta` for every decision and a
-`sparse` copy of every environment reward, defect 37); `total_reward` is a float (defect 38).
+Zero rewards are never recorded (the old system stored a 0.0 `achievement_delta` for every decision
+and a `sparse` copy of every environment reward); `total_reward` is a float (the old system truncated
+it). docs/compatibility.md lists the old system's defects.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def decision_rewards(record: DecisionRecord) -> dict[str, Any]:
 
 
 def event_rewards(record: DecisionRecord) -> list[dict[str, Any]]:
-    """Non-zero rewards of one decision, attached to its environment event (seed defect 37 fixed)."""
+    """Non-zero rewards of one decision, attached to its environment event (no zero rows, unlike the old system's)."""
     deltas = decision_rewards(record)
     rewards = []
     if deltas["ach_delta"]:

@@ -47,8 +47,7 @@ CAIS, ENVIRONMENT = "cais", "environment"
 # `OR ROLLBACK`: a row that breaks a constraint rolls the whole transaction back (the store then writes
 # each rollout of the batch alone), so SQLite keeps no statement journal for the multi-row inserts. With
 # the default ABORT it copied every page a statement changed first, spilling to a temp file created and
-# deleted each transaction: half of the writer's pwrite calls (B1, 4 alternated runs: the writer
-# thread 100 / 103 / 96 / 104 -> 86 / 90 / 90 / 86 µs of CPU a decision).
+# deleted each transaction: half of the writer's pwrite calls (docs/decisions/trace-writer.md).
 _INSERT = "INSERT OR ROLLBACK INTO"
 INSERT_SESSION = (
     f"{_INSERT} session_traces (session_id, created_at, num_timesteps, num_events, num_messages, metadata) "
@@ -76,7 +75,7 @@ INSERT_OUTCOME = (
 # Joined on (session_id, timestep_id) so SQLite finds the step's events through idx_event_session_step;
 # the unary `+` keeps it off idx_event_type (in a file that still has it: schema migration 3 drops
 # it), which made every event reward scan every environment event ever stored (inserts slowed down
-# as the database grew: benchmarks/, B3 over repetitions).
+# as the database grew, repetition after repetition of a benchmark).
 _ENV_EVENT_ID = (
     "(SELECT e.id FROM events e JOIN session_timesteps t ON e.session_id = t.session_id AND e.timestep_id = t.id "
     f"WHERE t.session_id = ? AND t.step_id = ? AND +e.event_type = '{ENVIRONMENT}' ORDER BY e.id LIMIT 1)"
@@ -230,9 +229,8 @@ class SessionRowsBuilder:
         """The rows `add_step` adds for the decision's step of the structured trace, straight from the record.
 
         A running rollout adds each decision's rows on the event loop, where building the structured
-        step's dicts first and reading them back cost ~8 % more (90 -> 84 µs a decision in-process;
-        benchmarks/ B8, instrumented: 204-209 -> 189 µs). The two must agree: tests/test_trace_compact.py
-        compares them over every kind of decision.
+        step's dicts first and reading them back cost more (docs/decisions/trace-writer.md). The two
+        must agree: tests/test_trace_compact.py compares them over every kind of decision.
         """
         session_id, rows, texts = self.session_id, self._rows, self._texts
         sid, index = step_id(record.index), record.index

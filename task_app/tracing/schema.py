@@ -1,6 +1,7 @@
-"""The SQLite schema: the seed's tracing_v3 tables and column names (seed-behaviour §6.5), versioned.
+"""The SQLite schema: the old system's tracing_v3 tables and column names (docs/compatibility.md,
+"Trace tables"), versioned.
 
-Existing trace tooling reads our files, so table and column names are the seed's. Differences, none in
+Existing trace tooling reads our files, so table and column names are the old system's. Differences, none in
 what a reader sees: no `embedding VECTOR` columns (libSQL-only), no analytics views,
 `outcome_rewards.total_reward` is REAL (the seed truncated it to an integer), and seven of its indexes
 are dropped (migration 3: they only slowed every write).
@@ -171,7 +172,7 @@ Migration = tuple[str, ...]
 
 # Replacing a session's rows deletes its timesteps and messages; with foreign keys enforced SQLite then
 # looks up the child rows by these columns, which scanned the whole table without their own indexes
-# (the cost of a replayed run_id grew with the database: 8 ms at 500 sessions, 27 ms at 2000).
+# (the cost of a replayed run_id grew with the database).
 _V2_FOREIGN_KEY_INDEXES: Migration = (
     "CREATE INDEX IF NOT EXISTS idx_event_timestep ON events (timestep_id)",
     "CREATE INDEX IF NOT EXISTS idx_message_timestep ON messages (timestep_id)",
@@ -183,9 +184,8 @@ _V2_FOREIGN_KEY_INDEXES: Migration = (
 # their own created_at, a session's rows by session_id): a copy of the timesteps' UNIQUE (session_id,
 # step_id) index, three over columns of a handful of values (event and message type, turn number;
 # idx_event_type even misled the planner: rows.py `_ENV_EVENT_ID`), and the events' creation time and
-# model, the messages' timestamp. The SQLite writer's CPU per decision 81 -> 61 µs (a 50-decision
-# rollout's rows, in-process). A tool that wants one back creates it (the seed's own start-up does,
-# IF NOT EXISTS).
+# model, the messages' timestamp (docs/decisions/trace-writer.md has what they cost). A tool that
+# wants one back creates it (the old system's own start-up does, IF NOT EXISTS).
 WRITE_ONLY_INDEXES = (
     "idx_timestep_session_step",
     "idx_timestep_turn",

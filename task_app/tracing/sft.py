@@ -1,4 +1,5 @@
-"""SFT JSONL: one line per LLM call, one file per run (seed-behaviour §6.6 record shape).
+"""SFT JSONL: one line per LLM call, one file per run (the old system's record shape:
+docs/compatibility.md, "SFT records").
 
     {"run_id", "turn", "model", "provider",
      "dialogue":      [{"role", "content": <as sent: str or parts list>, [tool_calls], [tool_call_id], [name]}],

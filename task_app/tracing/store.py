@@ -9,19 +9,19 @@
   crash; only an OS crash or power loss can drop the last commits).
 - Group commit: the writer takes every job queued when it comes round (up to `MAX_BATCH` rollouts or
   `MAX_BATCH_ROWS` rows) into one transaction, so rollouts that end together pay one commit instead
-  of one each, and the last of them no longer waits behind every other one's commit (benchmarks/
-  B3). If the batch fails, each job is retried alone, so one bad job or a full disk gets its own
-  precise status and never fails the others. Parts of running rollouts, which nobody waits for, wait
-  up to `PART_GATHER_S` for company (an end, a whole trace, a full queue or a batch's worth of rows
-  ends the wait): fewer, fuller transactions write far fewer pages.
+  of one each, and the last of them no longer waits behind every other one's commit
+  (docs/decisions/trace-writer.md). If the batch fails, each job is retried alone, so one bad job or
+  a full disk gets its own precise status and never fails the others. Parts of running rollouts, which
+  nobody waits for, wait up to `PART_GATHER_S` for company (an end, a whole trace, a full queue or a
+  batch's worth of rows ends the wait): fewer, fuller transactions write far fewer pages.
 - The writer's connection is plain `sqlite3`, owned by one thread: a whole transaction (BEGIN, the
   deletes, an `executemany` per table, COMMIT) is one call into that thread, so it costs one wake-up
   of the event loop, where a statement at a time through aiosqlite cost one each; with the loop
-  busy, each of those waited behind every other ready callback (benchmarks/ B3: the rollouts'
-  ends). The writer also migrates the file when the store starts.
+  busy, each of those waited behind every other ready callback (the rollouts' ends). The writer also
+  migrates the file when the store starts.
 - A run_id written again REPLACES its session: the transaction deletes every row of that session_id,
   then inserts the new ones. A replayed run never duplicates rows, and a re-run with a different trace
-  never merges with the old one (seed defect 39).
+  never merges with the old one (the old system merged them: docs/compatibility.md).
 - A running rollout's rows can go in ahead of its end: `append` queues a part without waiting (the
   first part replaces the session, later ones add to it), and the end is then `write(...,
   replace=False)` with the rest and the session row, queued behind the parts without waiting for
@@ -32,7 +32,7 @@
   that never ends, and a process killed mid-rollout leaves its parts to the run_id's next attempt,
   which replaces them (tests/test_crash_storage.py). The writer then spends a rollout's idle time
   (its model calls) on its rows, instead of every rollout that ends together waiting behind every
-  other one's rows (benchmarks/ B3).
+  other one's rows.
 - Storage trouble (unwritable path, not a database, disk full, locked) never raises into the rollout:
   `write` logs a WARNING with the run_id, counts the failure, and returns `{"stored": false, "error"}`
   for the response metadata; `health()` says "degraded" until a write succeeds again.
@@ -83,7 +83,7 @@ DEFAULT_WRITE_TIMEOUT_S = 60.0
 DEFAULT_BUSY_TIMEOUT_MS = 5000
 # SQLite's page cache. Every rollout inserts at random places in the session-keyed indexes; with
 # SQLite's default 2 MB those pages fell out of the cache as the file grew, and each commit cost more
-# (benchmarks/ B3: -12 % throughput over ~400 rollouts). A cap, not an allocation.
+# (throughput fell over a few hundred rollouts). A cap, not an allocation.
 DEFAULT_CACHE_MB = 64
 DEFAULT_LIST_LIMIT = 100
 # A batch stops at either bound, so one transaction (and the WAL it appends) stays ~10-20 MB whether
@@ -92,14 +92,13 @@ MAX_BATCH = 1024
 MAX_BATCH_ROWS = 20_000
 # How long parts (no rollout waits for them) wait for company before the writer commits them. A
 # commit writes every page it touched, and each session's rows land on pages of their own in the
-# session-keyed indexes: committed as they came, a few parts a transaction, B8's 20,480 decisions
-# took 5,864 transactions writing 2.8 GB (~4 pages a row) and 8.6 s of the writer thread's CPU;
-# gathered, 71 transactions, 1.2 GB, 3.0 s (the event loop's thread 27.5 -> 24.0 s). An end, a
-# whole trace, a full queue or a batch's worth of rows queued ends the wait.
+# session-keyed indexes: committed as they came, a few parts a transaction, a thousand rollouts'
+# parts took thousands of transactions, each writing pages of its own; gathered, a few dozen
+# (docs/decisions/trace-writer.md). An end, a whole trace, a full queue or a batch's worth of rows queued ends the wait.
 PART_GATHER_S = 1.0
 # The page size of a file the store creates (an existing file keeps its own). A decision adds ~8 rows
-# and ~30 index entries; with SQLite's default 4 KiB pages the writer's thread spent ~12 % more CPU on
-# them (benchmarks/ B1, 3 alternated runs: 0.28 -> 0.25 s for 2,550 decisions; 8 and 32 KiB between).
+# and ~30 index entries; with SQLite's default 4 KiB pages the writer's thread spent more CPU on them
+# (8 and 32 KiB in between; docs/decisions/trace-writer.md).
 PAGE_SIZE = 16384
 _STORAGE_ERRORS = (sqlite3.Error, OSError)
 
@@ -524,9 +523,8 @@ class TraceStore:
 
 def _insert(conn: sqlite3.Connection, sql: str, rows: list[Row]) -> None:
     """`executemany(sql, rows)` as a few multi-row statements: sqlite3 takes the GIL back after each
-    statement it steps, and the loop holds it for up to the switch interval (5 ms) whenever it is busy,
-    so a row a statement is a wait a row (B8's ends: 64 rollouts, ~330 rows, took 150-740 ms; a
-    rollout's last step to its answer p50 0.90 -> 0.40-0.69 s with this alone)."""
+    statement it steps, and the loop holds it for up to the switch interval whenever it is busy, so a
+    row a statement is a wait a row (docs/decisions/trace-writer.md)."""
     start = 0
     for size in _CHUNKS:
         while len(rows) - start >= size:
@@ -568,7 +566,7 @@ def _resolve(job: _Job, status: dict[str, Any]) -> None:
 def _resolve_in_turn(jobs: list[_Job], status: dict[str, Any]) -> None:
     """Resolve the jobs of one commit one per loop iteration. Resolved at once, every rollout that
     waited for the commit would resume in the same iteration, and a group of 64 ends (each encoding
-    its response on the loop) held it for tens of milliseconds (benchmarks/ B3, B8: loop lag)."""
+    its response on the loop) held it for tens of milliseconds, a lag every rollout felt."""
     pending = iter(jobs)
 
     def next_one() -> None:

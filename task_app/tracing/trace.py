@@ -1,4 +1,4 @@
-"""Trace payloads built from a `RolloutResult` (CONTRACT.md §7): pure functions, no I/O.
+"""Trace payloads built from a `RolloutResult` (docs/contract.md, "Trace payload"): pure functions, no I/O.
 
     RolloutResult.records ──► per decision k (0-based, step_id "decision_<k>", turn_number k):
         events:   [LM call event (policy:<name>)]? + environment event (environment:crafter)

@@ -1,4 +1,4 @@
-"""API-key check for protected routes (CONTRACT.md §1): one layer, constant-time comparisons."""
+"""API-key check for protected routes (docs/contract.md, "Authentication"): one layer, constant-time comparisons."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """FastAPI dependencies: shared objects the lifespan put on `app.state`, and the auth guard.
 
 They are `async def` although they never await: FastAPI runs a plain `def` dependency in its thread
-pool, a thread handoff per dependency per request (benchmarks/ B6, one client stepping one env, four
-alternated A/B runs: /step server CPU 2.75 -> 2.46 ms, median).
+pool, a thread handoff per dependency per request: a measurable share of an env session's `/step`
+(docs/performance.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The app's one error model: every exception becomes the JSON error body of CONTRACT.md §1.
+"""The app's one error model: every exception becomes the JSON error body of docs/contract.md ("Errors").
 
 TaskAppError             its status, code, retryable flag and headers (429 with Retry-After)
 RequestValidationError   422 invalid_request (never echoing the input), or 400 invalid_json; not retryable

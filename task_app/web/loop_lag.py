@@ -1,11 +1,11 @@
 """Event-loop lag probe: how late the loop wakes a task that asked to sleep `interval` seconds.
 
 Lag is the time the loop spent on other work (or blocked) beyond the requested sleep: a handler that
-blocks for 50 ms shows up as ~50 ms of lag, and every request in flight waits that long too. Enabled by
+blocks shows up as that much lag, and every request in flight waits that long too. Enabled by
 `TASKAPP_LOOP_LAG_PROBE_S` (the interval; 0 = off); `/health` then reports it under `event_loop`.
 
 Two views, both bounded:
-- `recent`: p50 / p99 / max over the last `RECENT_SAMPLES` samples (the last ~10 s at 10 ms);
+- `recent`: p50 / p99 / max over the last `RECENT_SAMPLES` samples;
 - `buckets_ms`: cumulative counts per upper bound since start, like a Prometheus histogram, so a
   reader that polls twice can compute the lag distribution of exactly the window in between.
 """

@@ -2,7 +2,7 @@
 
 Handlers return ready `JSONBytes` responses (often pre-encoded bytes), so FastAPI cannot infer what
 they answer: each route declares its 200 body with `ok(Model)` (models in `contracts.py`) and, with
-`errors(...)`, the statuses it can fail with, all of them in the one error body of CONTRACT.md §1,
+`errors(...)`, the statuses it can fail with, all of them in the one error body of docs/contract.md ("Errors"),
 `{"error": {"code", "message", ...}, "detail"}`. The fuzz test (`tests/test_fuzz.py`) holds every
 response of every route to these declarations. `allowed_methods` makes a 405's `Allow` header true.
 """

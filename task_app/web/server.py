@@ -32,6 +32,7 @@ from ..tracing.recording import TraceRecorder
 from .handlers import install_error_handlers
 from .limits import BodySizeLimit
 from .loop_lag import LoopLagProbe
+from .mcp_server import install as install_mcp
 from .openapi import PROTECTED, errors
 from .redaction import tokens_kept_out_of_server_logs
 from .responses import JSONBytes
@@ -55,14 +56,11 @@ def _collector_tuned() -> Iterator[None]:
     both undone at shutdown.
 
     A full collection otherwise walks the start-up objects with the GIL held, a stall of every rollout
-    in flight (benchmarks/ B3 at 64 x 200 ms: loop lag max 200 -> 30 ms, share of the ideal 89 ->
-    91 %). With a thousand rollouts in flight, collections every 700 allocations traverse their
-    survivors over and over (B8, 1024 x 2 s: server CPU per decision 3.0 -> 2.4-2.7 ms, share of the
-    ideal 54 % -> 60-69 %, on a loaded machine). Not too far apart either: a young collection walks
-    whatever the young objects point to, and at a thousand rollouts one every 50,000 allocations took
-    ~25 ms (a gc callback's timing), each a loop stall past B8's 20 ms lag bound; every 20,000 they
-    take ~10 ms (B8 loop lag p99 30 -> 20 ms in two same-period rounds, share and CPU unchanged; B3
-    256 x 1 s unchanged), with the middle generation's period in allocations kept (20,000 x 50).
+    in flight. With a thousand rollouts in flight, collections every 700 allocations traverse their
+    survivors over and over. Not too far apart either: a young collection walks whatever the young
+    objects point to, and at a thousand rollouts one every 50,000 allocations stalled the loop past
+    its lag bound; every 20,000 they stay within it, with the middle generation's period in
+    allocations kept (20,000 x 50). The figures: docs/decisions/gc-freeze.md.
     """
     thresholds = gc.get_threshold()
     gc.collect()
@@ -93,7 +91,7 @@ async def _serving(app: FastAPI, settings: Settings, tasks: TaskCount) -> AsyncI
         await offload(functools.partial(warm_up, worlds))
     loop_lag = LoopLagProbe(settings.loop_lag_probe_s) if settings.loop_lag_probe_s > 0 else None
     async with (
-        open_session(settings.inference_max_connections) as http,
+        open_session(settings.outbound_max_connections, rollout_cap=settings.max_concurrent_rollouts) as http,
         open_sessions(settings, worlds, offload) as sessions,
     ):
         recorder = TraceRecorder(settings, offload)
@@ -168,12 +166,13 @@ def create_app(settings: Settings, handover: Handover | None = None) -> FastAPI:
     ):
         app.include_router(router)
     openenv.install(app)
+    install_mcp(app)  # MCP for agents at /mcp (mcp_server.py)
     # The viewer's HTML route and the metrics' text, with their JSON errors declared for the OpenAPI schema.
     app.include_router(view.router, responses=errors(*PROTECTED, 404, 409, 422, non_json=True))
     app.include_router(metrics_route.router, responses=errors(*PROTECTED, non_json=True))
     install_error_handlers(app)
-    # zlib's default level, not Starlette's 9: a 20-decision response 0.36 -> 0.23 ms of the loop's CPU
-    # for 3.3 -> 3.4 KB, a 50-decision one with its structured trace 18 -> 16 ms for 107 -> 112 KB.
+    # zlib's default level, not Starlette's 9: about a third less of the loop's CPU for a few percent
+    # more bytes (the compression runs on the event loop).
     app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=6)
     if settings.cors_origins:
         app.add_middleware(

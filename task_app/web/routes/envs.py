@@ -1,6 +1,7 @@
-"""Env sessions with the seed system's paths and shapes (seed-behaviour §1.4-1.5), all behind the key.
+"""Env sessions with the old system's paths and shapes (docs/compatibility.md, "Env-session routes"),
+all behind the key.
 
-    /create /reset /step /snapshot /restore /terminate /branch      the seed's task-app mount (root)
+    /create /reset /step /snapshot /restore /terminate /branch      the old task app's mount (root)
     /CrafterClassic/initialize|step|terminate                        its compat routes
     /env/create ... /env/terminate                                   the hosted service's /env mount
     /env/{env_name}/initialize|step|terminate                        synth-ai's TaskAppClient.env helper
@@ -34,7 +35,7 @@ from ...core.env_contracts import (
 from ...core.errors import InvalidRequest, NotFound
 from ...game import TOOL_NAME
 from ...sessions import build_spec
-from ...sessions.config import env_name as check_env_name
+from ...sessions.env_spec import env_name as check_env_name
 from ...sessions.views import created_body, reset_body, snapshot_body, step_body
 from ..deps import AuthDep, StateDep
 from ..openapi import BODY, PROTECTED, errors, ok
@@ -46,12 +47,13 @@ EnvName = Annotated[str, Path(max_length=64, description="crafter or CrafterClas
 
 
 async def create(body: EnvCreateRequest, state: StateDep) -> JSONBytes:
-    spec = build_spec(body.env_name, body.config, body.seed, body.rl_run_id, state.settings)
+    spec = build_spec(body.env_name, body.config, body.seed, body.rl_run_id, state.settings, body.task_id)
     return JSONBytes(created_body(await state.sessions.envs.create(spec)))
 
 
 async def reset(body: EnvResetRequest, state: StateDep) -> JSONBytes:
-    return JSONBytes(reset_body(await state.sessions.envs.reset(body.env_id, body.seed)))
+    task = state.taskset.tasks.resolve(body.task_id, body.seed)
+    return JSONBytes(reset_body(await state.sessions.envs.reset(body.env_id, body.seed, task=task)))
 
 
 async def step(body: EnvStepRequest, state: StateDep) -> JSONBytes:
@@ -90,12 +92,19 @@ def _classic_seed(body: dict[str, Any]) -> int | None:
     return seed
 
 
+def _classic_task_id(body: dict[str, Any]) -> str | None:
+    task_id = body.get("task_id")
+    if task_id is not None and not isinstance(task_id, str):
+        raise InvalidRequest("task_id must be a string or null", code="invalid_task_id")
+    return task_id
+
+
 async def classic_initialize(state: StateDep, body: Annotated[dict[str, Any], Body()]) -> JSONBytes:
-    """Free-form, as the seed's: `seed`, `config` (difficulty / world_config accepted, no effect)."""
+    """Free-form, as the seed's: `seed` or `task_id`, `config` (difficulty / world_config accepted, no effect)."""
     config = body.get("config") or {}
     if not isinstance(config, dict):
         raise InvalidRequest("config must be an object", code="invalid_env_config")
-    spec = build_spec("crafter", config, _classic_seed(body), "eval", state.settings)
+    spec = build_spec("crafter", config, _classic_seed(body), "eval", state.settings, _classic_task_id(body))
     return JSONBytes(created_body(await state.sessions.envs.create(spec)))
 
 

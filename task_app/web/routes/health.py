@@ -34,6 +34,7 @@ def health_body(state: AppState) -> tuple[int, dict[str, Any]]:
             "queued": state.registry.queued,
             "paced": state.service.pacer.waiting,  # decisions waiting for a loop iteration (core.pacing)
         },
+        "outbound": state.http.report(state.settings.max_concurrent_rollouts),  # the pool to model servers
         "world_cache": {"size": len(state.worlds), "hits": state.worlds.hits, "misses": state.worlds.misses},
         "sessions": {**state.sessions.envs.stats(), "websockets": state.sessions.websockets.active},
         # Counts only (no names, no stacks): what a soak test watches for leaks. The tasks include

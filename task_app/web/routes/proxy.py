@@ -23,7 +23,6 @@ once with what it needs to decide. The rules shared with `policy.config.provider
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -35,6 +34,7 @@ from fastapi import APIRouter, Body
 from starlette.background import BackgroundTask
 from starlette.responses import Response, StreamingResponse
 
+from ...core.backoff import retry_after_seconds
 from ...core.errors import (
     InvalidRequest,
     TaskAppError,
@@ -43,10 +43,10 @@ from ...core.errors import (
     UpstreamRefused,
     UpstreamTimeout,
 )
-from ...core.json_codec import dumps_bytes
+from ...core.json_codec import dumps_bytes, loads
 from ...core.outbound import AnswerTooLarge, SendFailure, Stream, open_stream, post
 from ...core.settings import Settings
-from ...policy.inference import PROVIDER_GROQ, PROVIDER_OPENAI, InferenceTarget, resolve_target, retry_after_seconds
+from ...policy.inference import PROVIDER_GROQ, PROVIDER_OPENAI, InferenceTarget, resolve_target
 from ...policy.vendors import (
     offers_tool_call,
     sanitised_error_body,
@@ -167,7 +167,7 @@ async def _send(
     if not answer.ok:
         raise _vendor_error(vendor, answer.status, answer.body, answer.retry_after, answer.should_retry, settings)
     try:
-        parsed = json.loads(answer.body)
+        parsed = loads(answer.body)
     except (ValueError, RecursionError):
         parsed = None
     if not isinstance(parsed, dict):

@@ -1,4 +1,4 @@
-"""Short-lived session tokens for OpenEnv clients, which cannot send headers.
+"""Short-lived session tokens for OpenEnv clients that cannot send headers (openenv < 0.9).
 
     POST /openenv/tokens (API key) ─► token = token_urlsafe(32) ─► store: openenv/tokens/<sha256(token)>
     /openenv/t/<token>/... ─► sha256(token) ─► the record (expiry, the HTTP env's spec) or 401
@@ -22,8 +22,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.json_codec import dumps_bytes, loads
 from ..store import StateStore
-from .records import dumps, loads
 
 TOKEN = re.compile(r"^[A-Za-z0-9_-]{43}$")  # secrets.token_urlsafe(32)
 CACHE_S = 1.0
@@ -46,8 +46,8 @@ def _record_key(digest: str) -> str:
     return f"openenv/tokens/{digest}"
 
 
-def _env_key(digest: str) -> str:
-    return f"openenv/tokens/{digest}/env"
+def _session_key(digest: str) -> str:
+    return f"openenv/tokens/{digest}/session"
 
 
 class TokenRegistry:
@@ -64,7 +64,7 @@ class TokenRegistry:
         digest = digest_of(token)
         expires_at = self.store.clock() + lifetime
         record = {"digest": digest, "expires_at": expires_at, "seed": seed, "config": config}
-        await self.store.put(_record_key(digest), dumps(record), ttl_s=lifetime)
+        await self.store.put(_record_key(digest), dumps_bytes(record), ttl_s=lifetime)
         return token, expires_at
 
     async def verify(self, token: str) -> TokenInfo | None:
@@ -95,20 +95,25 @@ class TokenRegistry:
         if info is None:
             return False
         self._cache.pop(info.digest, None)
-        await self.store.delete([_record_key(info.digest), _env_key(info.digest)])
+        await self.store.delete([_record_key(info.digest), _session_key(info.digest)])
         return True
 
-    async def bound_env(self, info: TokenInfo) -> str | None:
-        """The env this token's HTTP routes drive, once the first reset made it."""
-        raw = await self.store.get(_env_key(info.digest))
+    async def bound_session(self, info: TokenInfo) -> str | None:
+        """The tool session this token's HTTP routes drive by default, once the first reset made it."""
+        raw = await self.store.get(_session_key(info.digest))
         return str(loads(raw)) if raw is not None else None
 
-    async def bind_env(self, info: TokenInfo, env_id: str, *, replace: bool = False) -> str:
-        """Bind `env_id` (first binder wins across processes; `replace` after the bound env ended)."""
+    async def bind_session(self, info: TokenInfo, session_id: str, *, replace: bool = False) -> str:
+        """Bind `session_id` (first binder wins across processes; `replace` after the bound one ended)."""
         ttl = max(1.0, info.expires_at - self.store.clock())
         if replace:
-            await self.store.put(_env_key(info.digest), dumps(env_id), ttl_s=ttl)
-            return env_id
-        if await self.store.put_if_absent(_env_key(info.digest), dumps(env_id), ttl_s=ttl):
-            return env_id
-        return await self.bound_env(info) or env_id
+            await self.store.put(_session_key(info.digest), dumps_bytes(session_id), ttl_s=ttl)
+            return session_id
+        if await self.store.put_if_absent(_session_key(info.digest), dumps_bytes(session_id), ttl_s=ttl):
+            return session_id
+        return await self.bound_session(info) or session_id
+
+    @staticmethod
+    def scope(info: TokenInfo) -> str:
+        """The tool-session scope of a token: its sessions are found with it and no other token."""
+        return f"token:{info.digest[:32]}"

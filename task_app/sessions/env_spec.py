@@ -1,15 +1,14 @@
 """What an env session is made of (`EnvSpec`) and the limits sessions run under (`SessionLimits`).
 
-A create request's `config` is the seed system's free-form dict (seed-behaviour §1.4); the keys we
-read are typed here, everything else is ignored (as the seed did): `area`, `length` (crafter steps
-per episode), `image_size` (a frame in every observation, in pixels; none when absent). `difficulty`
-/ `world_config` are accepted and have no effect, as in the seed (§3.1: crafter has one world
-generator).
+A create request's `config` is the old system's free-form dict (docs/compatibility.md, "Env-session
+routes"); the keys we read are typed here, everything else is ignored (as the old system did): `area`,
+`length` (crafter steps per episode), `image_size` (a frame in every observation, in pixels; none when
+absent). `difficulty` / `world_config` are accepted and have no effect, as in the old system (crafter
+has one world generator).
 """
 
 from __future__ import annotations
 
-import secrets
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from ..core.errors import InvalidRequest, UnknownName
 from ..core.settings import Settings
+from ..core.tasks import Tasks, check_area
 from ..game.bounds import MAX_AREA_SIDE, MAX_EPISODE_LENGTH, MAX_IMAGE_SIZE, MIN_AREA_SIDE, MIN_IMAGE_SIZE, valid_area
 
 ENV_NAMES = {"crafter": "crafter", "crafterclassic": "crafter"}
@@ -93,9 +93,15 @@ def check_seed(seed: int, limits: SessionLimits) -> int:
 
 
 def build_spec(
-    raw_name: object, config: dict[str, Any], seed: int | None, rl_run_id: str | None, settings: Settings
+    raw_name: object,
+    config: dict[str, Any],
+    seed: int | None,
+    rl_run_id: str | None,
+    settings: Settings,
+    task_id: str | None = None,
 ) -> EnvSpec:
-    """Validate a create request; a null seed draws a random world (and the response says which)."""
+    """Validate a create request. The world is named by `seed`, by `task_id` or by both (422 when they
+    disagree); naming neither draws a random train world (and the response says which)."""
     name = env_name(raw_name)
     try:
         parsed = SessionConfig.model_validate(config)
@@ -108,8 +114,14 @@ def build_spec(
         raise InvalidRequest(
             f"config.area sides must be in [{MIN_AREA_SIDE}, {MAX_AREA_SIDE}]", code="invalid_env_config"
         )
+    tasks = Tasks(settings)
+    task = tasks.resolve(task_id, seed)
+    check_area(task, (int(area[0]), int(area[1])))
     limits = SessionLimits.from_settings(settings)
-    chosen = secrets.randbelow(limits.max_seed + 1) if seed is None else check_seed(seed, limits)
+    if task is not None:
+        chosen = task.seed
+    else:
+        chosen = tasks.random_train_seed() if seed is None else check_seed(seed, limits)
     return EnvSpec(
         env_name=name,
         seed=chosen,
