@@ -263,3 +263,13 @@ def test_nearest_is_the_first_of_the_closest_cells_in_x_major_order() -> None:
                 _, x, y = min(cells)
                 expected[kind] = (x - pos[0], y - pos[1])
         assert nearest(semantic, pos, kinds) == expected
+
+
+def test_semantic_map_is_crafters_semantic_view(worlds: WorldFactory) -> None:
+    env = worlds.world(5)
+    rng = np.random.RandomState(5)
+    for step in range(300):
+        env.step(int(rng.randint(len(crafter.constants.actions))))
+        if step % 50 == 0:
+            assert np.array_equal(env.semantic(), env._sem_view())
+    assert np.array_equal(env.semantic(), env._sem_view())

@@ -17,8 +17,10 @@ subclass, and everything else uses its public methods and properties. What it ne
   them to the rest of the app and to checkpoints.
 - `World._mat_map`: the generated material map is written as a whole (crafter's public `world[x, y] =`
   sets one tile by name); `World._objects`, `_obj_map`, `_chunks`, `_chunk_size`, `_mat_names`: what a
-  checkpoint must capture and restore exactly (the object list with its holes, the chunk table's order).
-- `Env._sem_view`: crafter's own semantic map, what the observations are built from.
+  checkpoint must capture and restore exactly (the object list with its holes, the chunk table's order),
+  and what `_place` fills in as `World.add` would.
+- `Env._sem_view._obj_ids`: crafter's semantic ids of the objects, for `semantic()` (crafter's
+  `SemanticView`, the objects set in one assignment).
 - `Env._obs`, `_size`, `_view`, `_local_view._grid`: `_obs` is overridden so a step draws crafter's
   night noise without rendering the frame (see `GameEnv`).
 - `Env._textures`, `_local_view._textures`, `_item_view._textures`: the read-only textures are loaded
@@ -117,11 +119,20 @@ class GameEnv(crafter.Env):
         self._unlocked = set()
 
     def _place(self, materials: np.ndarray, creatures: np.ndarray) -> None:
-        """The generated materials, and the creatures added by crafter's own classes and `World.add`."""
+        """The generated materials, and the creatures made by crafter's own classes and added as
+        `World.add` adds them (in order, each at the next index of the object list, in its chunk's set),
+        on the position's integers: crafter's `add` takes numpy calls per creature, most of a cached
+        world's cost (docs/decisions/world-generator.md)."""
         world, player = self._world, self._player
         world._mat_map[...] = materials
+        slots, chunks, obj_map = world._objects, world._chunks, world._obj_map
+        (size_x, size_y), (area_x, area_y) = world._chunk_size, world.area
         for kind, x, y in creatures.tolist():
-            world.add(_CREATURES[kind](world, (x, y), player))
+            obj = _CREATURES[kind](world, (x, y), player)
+            obj_map[x, y] = len(slots)
+            slots.append(obj)
+            x_min, y_min = x // size_x * size_x, y // size_y * size_y
+            chunks[(x_min, min(x_min + size_x, area_x), y_min, min(y_min + size_y, area_y))].add(obj)
 
     def _obs(self) -> None:
         if self._world.daylight < 0.5:  # crafter's night threshold in LocalView._light
@@ -181,8 +192,13 @@ class GameEnv(crafter.Env):
             world.random = saved
 
     def semantic(self) -> np.ndarray:
-        """The whole map as semantic ids, [x, y]: crafter's `SemanticView` (materials, then objects)."""
-        canvas: np.ndarray = self._sem_view()
+        """The whole map as semantic ids, [x, y]: what crafter's `SemanticView` returns, the objects set
+        in one indexed assignment instead of one per object (docs/decisions/world-generator.md)."""
+        world = self._world
+        canvas: np.ndarray = world._mat_map.copy()
+        ids = self._sem_view._obj_ids
+        live = [obj for obj in world._objects if obj]
+        canvas[[obj.pos[0] for obj in live], [obj.pos[1] for obj in live]] = [ids[type(obj)] for obj in live]
         return canvas
 
     @property
