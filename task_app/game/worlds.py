@@ -153,8 +153,8 @@ class GameEnv(crafter.Env):
         map of the whole world; here it is empty: the observation reads the env itself), and measures
         each object's distance to the player with numpy calls on two-element arrays; here the same
         distances are plain integers, taken at the same moments (each object's at its turn, the
-        player where the updates before it left it). Each saving moves the per-decision server CPU
-        by more than its run-to-run spread (docs/decisions/world-generator.md).
+        player where the updates before it left it). The two savings, measured against crafter's
+        own step, are in docs/decisions/world-generator.md.
         """
         self._step += 1
         self._update_time()
