@@ -4,9 +4,9 @@
                                         [--step-every 10] [--json]
 
 For every seed and area, one env is reset by crafter (`crafter.Env.reset`, crafter's `worldgen`) and
-steps with crafter's own `Env.step` (`CrafterEnv`), one is a `GameEnv` reset by
-`task_app.game.worldgen.reset` that steps with `GameEnv.step`, and one is that world rebuilt from what
-its generation kept (`worldgen.rebuild`: what a cached seed gets); their complete states must be
+steps with crafter's own `Env.step` (`CrafterEnv`), one is a `GameEnv` made by
+`GameEnv.generate` (the compiled generator) that steps with `GameEnv.step`, and one is that world rebuilt
+from what its generation kept (`GameEnv.rebuild`: what a cached seed gets); their complete states must be
 equal: the material and object maps, every object with every attribute (and its references to the
 world, the world's RNG and the player), the chunk index in its insertion order, the world RNG's full
 MT19937 state, the env's counters. Every `--step-every`-th seed is then stepped `--steps` steps with
@@ -26,7 +26,6 @@ from typing import Any, cast
 
 import crafter
 import numpy as np
-from crafter import engine
 
 from task_app.game import GameEnv, WorldFactory, warm_up, worldgen
 
@@ -41,17 +40,8 @@ class CrafterEnv(GameEnv):
 
 
 def crafter_env(env: GameEnv) -> CrafterEnv:
-    """`env` stepping as stock crafter does: crafter's `Env.step`, its `World` and a plain RandomState
-    in the same state (the app's `GameWorld` and `WorldRandom` undone), still without the render."""
+    """`env` stepping as stock crafter does (crafter's `Env.step`), still without the render."""
     env.__class__ = CrafterEnv
-    world = env._world
-    world.__class__ = engine.World
-    stock = np.random.RandomState()
-    stock.set_state(world.random.get_state())
-    world.random = stock
-    for obj in world._objects:
-        if obj is not None:
-            obj.random = stock
     return cast(CrafterEnv, env)
 
 

@@ -170,7 +170,7 @@ def test_accepted_shapes(calls: list[Any], expected: tuple[str, ...]) -> None:
             [{"arguments": {"actions": ["do"]}}, "do", 5, None],
             ("noop",),
             [
-                ('{"arguments": {"actions": ["do"]}}', "tool call has no name"),
+                ('{"arguments":{"actions":["do"]}}', "tool call has no name"),
                 ("do", "tool call has no name"),
                 ("5", "tool call has no name"),
                 ("null", "tool call has no name"),

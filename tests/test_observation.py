@@ -13,7 +13,7 @@ from support.worlds import clear_around
 
 from task_app.game import Game, GameEnv, WorldFactory
 from task_app.game.actions import plan_from_names
-from task_app.game.observation import SEMANTIC_IDS, SEMANTIC_NAMES, direction_text, nearest, semantic_map
+from task_app.game.observation import SEMANTIC_IDS, SEMANTIC_NAMES, direction_text, nearest
 
 # (dx, dy) -> what is there; dx grows to the right, dy grows downwards.
 SCENE = {
@@ -189,7 +189,7 @@ def test_semantic_patch_is_row_dy_column_dx(scene: GameEnv) -> None:
     assert patch[4][1] == SEMANTIC_IDS["iron"]  # dx = -2, dy = +1
     assert patch[2][5] == SEMANTIC_IDS["cow"]  # dx = +2, dy = -1
     assert patch[6][3] == SEMANTIC_IDS["tree"]  # dx = 0, dy = +3
-    semantic = scene._sem_view()
+    semantic = scene.semantic()
     x, y = int(scene.player.pos[0]), int(scene.player.pos[1])
     assert patch == [[int(semantic[x + dx, y + dy]) for dx in range(-3, 4)] for dy in range(-3, 4)]
 
@@ -271,5 +271,5 @@ def test_semantic_map_is_crafters_semantic_view(worlds: WorldFactory) -> None:
     for step in range(300):
         env.step(int(rng.randint(len(crafter.constants.actions))))
         if step % 50 == 0:
-            assert np.array_equal(semantic_map(env), env._sem_view())
-    assert np.array_equal(semantic_map(env), env._sem_view())
+            assert np.array_equal(env.semantic(), env._sem_view())
+    assert np.array_equal(env.semantic(), env._sem_view())

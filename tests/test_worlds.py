@@ -7,13 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 import crafter
 import numpy as np
 import pytest
-from crafter import engine
 from support.worlds import keep_alive, world_digest, world_state
 
 from task_app.game import Game, GameEnv, WorldFactory
 from task_app.game.actions import plan_from_names
-from task_app.game.worldgen import WorldRandom, unset_random
-from task_app.game.worlds import GameWorld
 
 # Crafter's day/night cycle is 300 steps; night (daylight < 0.5) falls inside the first cycle, and
 # 450 steps go past step 300 as the brief asks.
@@ -174,52 +171,3 @@ def test_same_seed_and_actions_replay_exactly_interleaved_with_other_games(world
     assert first == second
     assert first != other
     assert len(first) > 10
-
-
-def test_world_random_draws_what_numpy_draws() -> None:
-    """`WorldRandom.uniform()` takes the cheap path; every value and the state after are numpy's own."""
-    ours, stock = unset_random(), np.random.RandomState()
-    ours.seed(2024)
-    stock.seed(2024)
-    for _ in range(2_000):
-        assert ours.uniform() == stock.uniform()
-        assert ours.uniform(0.0, 1.0) == stock.uniform(0.0, 1.0)  # passed values: numpy's path
-        assert ours.uniform(0.2) == stock.uniform(0.2)
-        assert (ours.uniform(32, 127, (3, 2)) == stock.uniform(32, 127, (3, 2))).all()
-        assert ours.randint(0, 4) == stock.randint(0, 4)
-    assert type(ours.uniform()) is type(stock.uniform())
-    assert repr(ours.get_state()) == repr(stock.get_state())
-
-
-def test_game_world_reads_and_keys_tiles_as_crafters_world(worlds: WorldFactory) -> None:
-    env = worlds.world(3, (20, 70), 500)
-    world = env._world
-    assert type(world) is GameWorld and type(world.random) is WorldRandom  # a factory's worlds are the fast ones
-    for x in range(-2, 23):
-        for y in range(-2, 73):
-            for pos in ((x, y), np.array((x, y))):
-                assert world[pos] == engine.World.__getitem__(world, pos)
-                if 0 <= x < 20 and 0 <= y < 70:
-                    assert world.chunk_key(pos) == engine.World.chunk_key(world, pos)
-
-
-def test_game_world_moves_as_crafters_world(worlds: WorldFactory) -> None:
-    ours, theirs = worlds.world(11, (64, 64), 500), worlds.world(11, (64, 64), 500)
-    theirs._world.__class__ = engine.World
-    moved = []
-    for env in (ours, theirs):  # every creature one tile right where that tile is free, across chunk borders
-        world, count = env._world, 0
-        for obj in world.objects:
-            target = obj.pos + (1, 0)
-            if world[target][1] is None and world[target][0] is not None:
-                world.move(obj, target)
-                count += 1
-        moved.append(count)
-    assert moved[0] == moved[1] > 20
-    assert world_state(ours) == world_state(theirs)
-    assert ours._world._obj_map.tobytes() == theirs._world._obj_map.tobytes()
-
-    def chunks(env: GameEnv) -> list[tuple[tuple[int, ...], list[list[int]]]]:
-        return [(key, sorted(obj.pos.tolist() for obj in members)) for key, members in env._world._chunks.items()]
-
-    assert chunks(ours) == chunks(theirs)

@@ -1,14 +1,13 @@
 """Crafter's actions by name and id, and the normalisation of model tool calls (docs/contract.md, "The tool").
 
 A model may answer in any of the shapes trainers have seen work: OpenAI `tool_calls` entries
-(`{"function": {"name", "arguments"}}`), the seed's simplified `{"tool_name"|"tool"|"name", "arguments"|"args"}`,
+(`{"function": {"name", "arguments"}}`), the old system's simplified `{"tool_name"|"tool"|"name", "arguments"|"args"}`,
 a legacy `function_call`, the `interact` tool with `action` or `actions`, action ids as ints, or a
 tool named after an action. Everything we cannot execute is dropped and reported, never guessed.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,7 +65,7 @@ def action_name(item: object) -> str | None:
 
 
 def _short(item: object, limit: int = 80) -> str:
-    text = item if isinstance(item, str) else json.dumps(item, default=str)
+    text = item if isinstance(item, str) else json_codec.dumps(item, default=str)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -92,7 +91,7 @@ def _parse_arguments(raw: object) -> tuple[Mapping[str, Any] | None, str | None]
             return {}, None
         try:
             parsed = json_codec.loads(raw)
-        except json.JSONDecodeError:
+        except json_codec.JSONDecodeError:
             return None, "arguments are not valid JSON"
         if isinstance(parsed, Mapping):
             return parsed, None

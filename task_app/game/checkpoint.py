@@ -24,15 +24,14 @@ from __future__ import annotations
 import base64
 import math
 import zlib
-from collections import defaultdict
 from typing import Any
 
 import numpy as np
-import orjson
 from crafter import objects
 
+from ..core import json_codec
 from .episode import Game
-from .worlds import GameEnv, WorldFactory
+from .worlds import EnvState, GameEnv, WorldFactory
 
 FORMAT = 1
 _CLASSES: dict[str, Any] = {
@@ -114,43 +113,48 @@ def _object_doc(index: int, obj: objects.Object, env: GameEnv) -> dict[str, Any]
 
 def dump_game(game: Game, extra: dict[str, Any] | None = None) -> bytes:
     """The game (env, world, objects, end flags) and `extra` (JSON data of the caller's) as bytes."""
-    env, world = game.env, game.env.world
-    name, keys, position, has_gauss, gauss = world.random.get_state()
-    items = [_object_doc(index, obj, env) for index, obj in enumerate(world._objects) if obj is not None]
+    env = game.env
+    state = env.state()
+    generator = state.random.get_state(legacy=False)
+    mt_state = generator["state"]
+    items = [_object_doc(index, obj, env) for index, obj in enumerate(state.slots) if obj is not None]
     if env.player is None or not any(item["kind"] == "Player" for item in items):
         raise CheckpointError("the game has no player")
     doc = {
         "format": FORMAT,
         "env": {
-            "area": list(world.area),
+            "area": list(env.world.area),
             "length": env.length,
-            "seed": _encode(env._seed),
-            "episode": env._episode,
-            "step": env._step,
-            "last_health": _encode(env._last_health),
-            "unlocked": sorted(env._unlocked or ()),
+            "seed": _encode(state.seed),
+            "episode": state.episode,
+            "step": state.step,
+            "last_health": _encode(state.last_health),
+            "unlocked": sorted(state.unlocked),
         },
         "world": {
-            "chunk_size": list(world._chunk_size),
-            "materials": [world._mat_names[index] for index in range(len(world._mat_names))],
-            "mat_map": _bytes(world._mat_map.astype(np.uint8)),
-            "daylight": _encode(world.daylight),
-            "random": {"name": name, "keys": _bytes(keys.astype("<u4")), "pos": int(position)},
-            "gauss": [int(has_gauss), _encode(float(gauss))],
-            "slots": len(world._objects),
-            "chunks": [[int(part) for part in key] for key in world._chunks],
+            "chunk_size": list(state.chunk_size),
+            "materials": state.material_names,
+            "mat_map": _bytes(state.materials.astype(np.uint8)),
+            "daylight": _encode(state.daylight),
+            "random": {
+                "name": generator["bit_generator"],
+                "keys": _bytes(mt_state["key"].astype("<u4")),
+                "pos": int(mt_state["pos"]),
+            },
+            "gauss": [int(generator["has_gauss"]), _encode(float(generator["gauss"]))],
+            "slots": len(state.slots),
+            "chunks": [[int(part) for part in key] for key in state.chunk_keys],
         },
         "objects": items,
         "game": {"terminated": game.terminated, "truncated": game.truncated, "decisions": game.decisions},
         "extra": extra or {},
     }
-    return zlib.compress(orjson.dumps(doc), 6)  # dicts keep their order: crafter iterates the inventory
+    return zlib.compress(json_codec.dumps_bytes(doc), 6)  # dicts keep their order: crafter iterates the inventory
 
 
-def _load_objects(env: GameEnv, items: list[dict[str, Any]], slots: int) -> None:
-    world = env.world
-    world._objects = [None] * slots
-    world._obj_map = np.zeros(world.area, np.uint32)
+def _load_objects(world: Any, random: np.random.RandomState, items: list[dict[str, Any]], slots: int) -> list[Any]:
+    """The world's object list (holes included), each object linked to `world`, `random` and the player."""
+    loaded: list[Any] = [None] * slots
     player: objects.Player | None = None
     followers: list[objects.Object] = []
     for item in items:
@@ -158,53 +162,50 @@ def _load_objects(env: GameEnv, items: list[dict[str, Any]], slots: int) -> None
         if cls is None:
             raise CheckpointError(f"unknown object class {item['kind']!r}")
         obj = object.__new__(cls)  # no __init__: every attribute comes from the checkpoint
-        obj.world, obj.random = world, world.random
+        obj.world, obj.random = world, random
         obj.__dict__.update({name: _decode(value) for name, value in item["attrs"].items()})
         if item["player"]:
             followers.append(obj)
         if isinstance(obj, objects.Player):
             player = obj
-        index = int(item["i"])
-        world._objects[index] = obj
-        world._obj_map[tuple(obj.pos)] = index
-        world._chunks[world.chunk_key(obj.pos)].add(obj)
+        loaded[int(item["i"])] = obj
     if player is None:
         raise CheckpointError("the checkpoint has no player")
     for obj in followers:
         obj.__dict__["player"] = player
-    env._player = player
+    return loaded
 
 
 def load_game(data: bytes, worlds: WorldFactory, image_size: int | None = None) -> tuple[Game, dict[str, Any]]:
     """The game `dump_game` wrote, in a fresh env (textures shared with `worlds`), and its `extra`."""
     try:
-        doc = orjson.loads(zlib.decompress(data))
-    except (zlib.error, orjson.JSONDecodeError) as exc:
+        doc = json_codec.loads(zlib.decompress(data))
+    except (zlib.error, ValueError) as exc:
         raise CheckpointError(f"not a checkpoint: {exc}") from exc
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CheckpointError("not a checkpoint of this format")
     state, saved = doc["env"], doc["world"]
     area = (int(state["area"][0]), int(state["area"][1]))
     env = worlds.blank(area, int(state["length"]))
-    env._seed = _decode(state["seed"])
-    env._episode, env._step = state["episode"], state["step"]
-    env._last_health = _decode(state["last_health"])
-    env._unlocked = set(state["unlocked"])
-    world = env.world  # the views hold this object: fill it in place
-    world._chunk_size = tuple(saved["chunk_size"])
-    world._mat_names = dict(enumerate(saved["materials"]))
-    world._mat_ids = {name: index for index, name in world._mat_names.items()}
-    world._mat_map = _array(saved["mat_map"], "u1", area)
-    world.daylight = _decode(saved["daylight"])
-    generator = saved["random"]
-    has_gauss, gauss = saved["gauss"]
-    world.random.set_state(
-        (generator["name"], _array(generator["keys"], "<u4", (-1,)), generator["pos"], has_gauss, gauss)
+    generator, (has_gauss, gauss) = saved["random"], saved["gauss"]
+    random = np.random.RandomState()
+    random.set_state((generator["name"], _array(generator["keys"], "<u4", (-1,)), generator["pos"], has_gauss, gauss))
+    env.restore(
+        EnvState(
+            seed=_decode(state["seed"]),
+            episode=state["episode"],
+            step=state["step"],
+            last_health=_decode(state["last_health"]),
+            unlocked=set(state["unlocked"]),
+            chunk_size=(int(saved["chunk_size"][0]), int(saved["chunk_size"][1])),
+            material_names=list(saved["materials"]),
+            materials=_array(saved["mat_map"], "u1", area),
+            daylight=_decode(saved["daylight"]),
+            random=random,
+            slots=_load_objects(env.world, random, doc["objects"], int(saved["slots"])),
+            chunk_keys=[(int(a), int(b), int(c), int(d)) for a, b, c, d in saved["chunks"]],
+        )
     )
-    world._chunks = defaultdict(set)
-    for key in saved["chunks"]:  # the table's order is the order crafter balances chunks in
-        world._chunks[tuple(key)] = set()
-    _load_objects(env, doc["objects"], int(saved["slots"]))
     flags = doc["game"]
     game = Game(env, image_size=image_size)
     game.terminated, game.truncated, game.decisions = flags["terminated"], flags["truncated"], flags["decisions"]

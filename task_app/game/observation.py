@@ -2,7 +2,7 @@
 
 Orientation everywhere: x grows to the right (`move_right`), y grows downwards (`move_down`); the
 text map prints rows top to bottom (y - 3 .. y + 3) and columns left to right (x - 4 .. x + 4), the
-same 9x7 window crafter draws on screen. (The seed system printed this transposed.)
+same 9x7 window crafter draws on screen. (The old system printed this transposed.)
 """
 
 from __future__ import annotations
@@ -108,17 +108,6 @@ def direction_text(dx: int, dy: int) -> str:
     return ", ".join(parts) or "here"
 
 
-def semantic_map(env: GameEnv) -> np.ndarray:
-    """The whole map as semantic ids, [x, y]: what crafter's `SemanticView` returns, objects set in one
-    indexed assignment instead of one per object."""
-    world = env.world
-    canvas: np.ndarray = world._mat_map.copy()
-    ids = env._sem_view._obj_ids
-    live = [obj for obj in world._objects if obj]
-    canvas[[obj.pos[0] for obj in live], [obj.pos[1] for obj in live]] = [ids[type(obj)] for obj in live]
-    return canvas
-
-
 def nearest(semantic: np.ndarray, pos: tuple[int, int], kinds: tuple[str, ...]) -> dict[str, tuple[int, int]]:
     """Offset (dx, dy) to the nearest cell of each kind present on the map (Manhattan distance; of
     equally near cells the first in x-major order); the player's own cell never counts."""
@@ -172,7 +161,7 @@ def local_view(semantic: np.ndarray, pos: tuple[int, int]) -> list[list[str]]:
 
 
 def semantic_patch(semantic: np.ndarray, pos: tuple[int, int], radius: int = PATCH_RADIUS) -> list[list[int]]:
-    """Square patch of ids, row = dy, column = dx, 0 outside the map (the seed's `semantic_map_patch7`)."""
+    """Square patch of ids, row = dy, column = dx, 0 outside the map (the old system's `semantic_map_patch7`)."""
     patch: list[list[int]] = _window(semantic, pos, radius, radius, 0).tolist()
     return patch
 
@@ -256,7 +245,7 @@ def observe(
     env: GameEnv, *, terminated: bool = False, truncated: bool = False, image_size: int | None = None
 ) -> Observation:
     """Build the observation of `env` now; render and encode a PNG frame only if `image_size` is set."""
-    semantic = semantic_map(env)
+    semantic = env.semantic()
     data = structured(env, semantic, terminated, truncated)
     image = None
     if image_size:

@@ -39,7 +39,7 @@ def world_traits(env: GameEnv, radius: int = TRAIT_RADIUS) -> WorldTraits:
     """Trees (map material) and creatures (objects) within Manhattan `radius` of the player."""
     player = env.player
     px, py = int(player.pos[0]), int(player.pos[1])
-    semantic = env._sem_view()
+    semantic = env.semantic()
     xs, ys = np.indices(semantic.shape)
     near = (np.abs(xs - px) + np.abs(ys - py)) <= radius
     near[px, py] = False

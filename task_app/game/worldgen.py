@@ -23,7 +23,6 @@ crafter's order. Under NUMBA_DISABLE_JIT the same code runs as plain Python. The
 
 from __future__ import annotations
 
-import collections
 import ctypes
 import functools
 import math
@@ -31,8 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from crafter import constants, objects
-from numpy.random.bit_generator import ISeedSequence
+from crafter import constants
 from opensimplex.internals import _noise3
 
 from .jit import compiled
@@ -41,7 +39,7 @@ _ID = {name: index + 1 for index, name in enumerate(constants.materials)}  # Wor
 _WATER, _GRASS, _STONE, _PATH, _SAND, _TREE, _LAVA, _COAL, _IRON, _DIAMOND = (
     _ID[name] for name in ("water", "grass", "stone", "path", "sand", "tree", "lava", "coal", "iron", "diamond")
 )
-_COW, _ZOMBIE, _SKELETON = 0, 1, 2
+COW, ZOMBIE, SKELETON = 0, 1, 2  # the kinds of `generate`'s creature rows
 # Crafter's normalising divisor of the mountain noise, `sum(sizes.values())` as Python computes it.
 _MOUNTAIN_NORM = float(sum({15: 1, 5: 0.3}.values()))
 
@@ -214,11 +212,11 @@ def _creatures(
                 continue
             dist = math.sqrt((x - px) ** 2 + (y - py) ** 2)
             if dist > 3 and material == _GRASS and next_double(state) > 0.985:
-                kind = _COW
+                kind = COW
             elif dist > 10 and next_double(state) > 0.993:
-                kind = _ZOMBIE
+                kind = ZOMBIE
             elif material == _PATH and tunnels[x, y] and next_double(state) > 0.95:
-                kind = _SKELETON
+                kind = SKELETON
             else:
                 continue
             found[count, 0], found[count, 1], found[count, 2] = kind, x, y
@@ -228,124 +226,40 @@ def _creatures(
 
 @functools.cache
 def _next_double() -> Any:
-    """numpy's `next_double` of MT19937 (what `RandomState.uniform()` draws), callable from numba."""
+    """numpy's `next_double` of MT19937 (what `RandomState.uniform()` draws), callable from numba
+    through numpy's documented ctypes interface of its bit generators."""
     return ctypes.cast(np.random.MT19937(0).ctypes.next_double, ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_uint64))
 
 
 @dataclass(frozen=True, slots=True)
 class GeneratedWorld:
     """What generating a world computed, enough to build the same world again without the noise: the
-    material map, the creatures in crafter's order, and the world's RNG state when the reset ended.
-    ~8 KB for a 64x64 world (a pickled env is ~35 KB) and free to keep: the kernels made it."""
+    material map, the creatures in crafter's order, and the world's RNG state when the reset ended."""
 
     materials: np.ndarray  # read-only
-    creatures: np.ndarray  # rows (kind, x, y), read-only
-    random_state: tuple[Any, ...]  # `RandomState.get_state()`
+    creatures: np.ndarray  # rows (kind, x, y), read-only; kind is COW, ZOMBIE or SKELETON
+    random_state: dict[str, Any]  # `RandomState.get_state(legacy=False)`
 
 
-def generate_world(world: Any, player: Any) -> tuple[np.ndarray, np.ndarray]:
-    """`crafter.worldgen.generate_world(world, player)`: the same world and the same RNG state after it.
-    Returns the materials and the creatures it placed."""
-    random = world.random
+def generate(
+    area: tuple[int, int], player: tuple[int, int], random: np.random.RandomState
+) -> tuple[np.ndarray, np.ndarray]:
+    """The computation of `crafter.worldgen.generate_world(world, player)` for a world of `area`, the
+    player at `player`, drawing from the world's `random` as crafter does and leaving it in the state
+    crafter leaves it in. Returns the materials (crafter's material ids) and the creatures to add, in
+    crafter's order, as rows (kind, x, y)."""
     perm, grad = _permutation(random.randint(0, 2**31 - 1))
-    width, height = world.area
-    px, py = int(player.pos[0]), int(player.pos[1])
+    width, height = area
+    px, py = player
     exponentials = np.exp(_start_exponents(perm, grad, width, height, px, py))
-    # The kernels draw from the world's own generator state, as `world.random.uniform()` would.
-    next_double, state = _next_double(), random._bit_generator.ctypes.state_address
-    materials, tunnels = _terrain(perm, grad, exponentials, next_double, state)
-    creatures = _creatures(materials, tunnels, px, py, next_double, state)
+    # The kernels draw from a copy of the generator's state, through numpy's public interfaces, and
+    # the state they end in is handed back: the same draws `random.uniform()` would have made.
+    state = random.get_state(legacy=False)
+    bits = np.random.MT19937(0)
+    bits.state = {"bit_generator": state["bit_generator"], "state": state["state"]}
+    next_double, address = _next_double(), bits.ctypes.state_address
+    materials, tunnels = _terrain(perm, grad, exponentials, next_double, address)
+    creatures = _creatures(materials, tunnels, px, py, next_double, address)
+    random.set_state({**state, "state": bits.state["state"]})
     materials.flags.writeable = creatures.flags.writeable = False
-    _place(world, player, materials, creatures)
     return materials, creatures
-
-
-def _place(world: Any, player: Any, materials: np.ndarray, creatures: np.ndarray) -> None:
-    """The materials and crafter's creatures, added as `World.add` adds them: in order, each at the next
-    index of the object list, in its chunk's set (the chunk table gains a key the first time)."""
-    world._mat_map[...] = materials
-    objects_, chunks, obj_map = world._objects, world._chunks, world._obj_map
-    (size_x, size_y), (area_x, area_y) = world._chunk_size, world.area
-    for kind, x, y in creatures.tolist():
-        if kind == _COW:
-            obj = objects.Cow(world, (x, y))
-        elif kind == _ZOMBIE:
-            obj = objects.Zombie(world, (x, y), player)
-        else:
-            obj = objects.Skeleton(world, (x, y), player)
-        obj_map[x, y] = len(objects_)
-        objects_.append(obj)
-        x_min, y_min = x // size_x * size_x, y // size_y * size_y
-        chunks[(x_min, min(x_min + size_x, area_x), y_min, min(y_min + size_y, area_y))].add(obj)
-
-
-class _NoEntropy(ISeedSequence):
-    """A seed sequence that reads no entropy: for a generator whose state is set right after."""
-
-    def generate_state(self, n_words: int, dtype: Any = np.uint32) -> np.ndarray:
-        return np.zeros(n_words, dtype=dtype)
-
-
-_LOW, _HIGH = 0.0, 1.0  # `uniform`'s defaults, told apart from passed values by identity
-
-
-class WorldRandom(np.random.RandomState):
-    """A world's RandomState, with the draw crafter makes most made cheap. Creatures moving and the
-    spawn round call `uniform()` with no arguments, several times a step, through numpy's general
-    path; that is `random_sample()` exactly (0 + 1 × the same double, the same state after), at a
-    fifth of the cost. Every other call is numpy's own."""
-
-    def uniform(self, low: Any = _LOW, high: Any = _HIGH, size: Any = None) -> Any:
-        if low is _LOW and high is _HIGH and size is None:
-            return self.random_sample()
-        return super().uniform(low, high, size)
-
-
-def unset_random() -> WorldRandom:
-    """A RandomState for a world, to be seeded (`seed`) or given a state (`set_state`) before use:
-    numpy's own constructor seeds it from the OS's entropy through a SeedSequence (twice per world
-    when unpickled, a large share of a new world's time with the GIL held); this reads nothing."""
-    # numpy's stubs name SeedSequence; a bit generator takes any ISeedSequence (numpy.random docs)
-    return WorldRandom(np.random.MT19937(_NoEntropy()))  # type: ignore[arg-type]
-
-
-def _start_episode(env: Any, *, seeded: bool = True) -> Any:
-    """`crafter.Env.reset()` up to the world generation: the episode counter, a world seeded for it,
-    the player at the centre. Returns the world. `World.reset(seed)` makes a new `RandomState(seed)`;
-    reseeding the world's own gives it the same state. `seeded=False` leaves the generator as it is
-    (`rebuild` sets its state)."""
-    world = env._world
-    center = (world.area[0] // 2, world.area[1] // 2)
-    env._episode += 1
-    env._step = 0
-    if seeded:
-        world.random.seed(hash((env._seed, env._episode)) % (2**31 - 1))
-    world.daylight = 0.0
-    world._chunks = collections.defaultdict(set)
-    world._objects = [None]
-    world._mat_map = np.zeros(world.area, np.uint8)
-    world._obj_map = np.zeros(world.area, np.uint32)
-    env._update_time()
-    env._player = objects.Player(world, center)
-    env._last_health = env._player.health
-    world.add(env._player)
-    env._unlocked = set()
-    return world
-
-
-def reset(env: Any) -> GeneratedWorld:
-    """`crafter.Env.reset()` with the compiled generator: the same episode counter, world and player.
-    Returns what `rebuild` needs to make the same world again."""
-    world = _start_episode(env)
-    materials, creatures = generate_world(world, env._player)
-    env._obs()
-    return GeneratedWorld(materials, creatures, world.random.get_state())
-
-
-def rebuild(env: Any, generated: GeneratedWorld) -> None:
-    """The world `reset` generated, on a blank env of the same seed, area and length, without the noise:
-    the same state as `reset` leaves (the suite compares them)."""
-    world = _start_episode(env, seeded=False)
-    _place(world, env._player, generated.materials, generated.creatures)
-    env._obs()
-    world.random.set_state(generated.random_state)

@@ -1,83 +1,138 @@
-"""World creation and the bounded cache of generated worlds.
+"""Crafter's env as the app runs it, and the bounded cache of generated worlds.
 
-A world is a `GameEnv` after `reset()`: identical to stock `crafter.Env(area=, length=, seed=)` after
-`reset()`. `worldgen` generates it with compiled whole-grid code (a few milliseconds, the GIL released
-for most of it) and hands back what it computed: the material map, the creatures and the RNG state
-(`worldgen.GeneratedWorld`, ~8 KB for 64x64). The cache keeps that, keyed by (seed, area, length), and
-a repeated seed is rebuilt from it (the creatures placed again on a blank env, no noise): keeping
-costs nothing, where a pickled snapshot of the env cost a share of every new world
-(docs/decisions/world-generator.md). Every world is a new object graph, so two rollouts on one seed never share
-mutable state.
+A world is a `GameEnv` after `generate()` or `rebuild()`: the same state as stock
+`crafter.Env(area=, length=, seed=)` leaves after `reset()`. `generate` runs the compiled generator
+(`worldgen`, docs/decisions/world-generator.md) and keeps what it computed (`worldgen.GeneratedWorld`);
+the factory caches that per (seed, area, length), and a repeated seed is rebuilt from it without the
+noise. Every world is a new object graph, so two rollouts on one seed never share mutable state.
 
-The textures (read-only PNG data, loaded by every `crafter.Env()`) are shared by all worlds: left
-out of the blank env's pickle and put back on every copy, never loaded or copied per world.
+Crafter's internals. Crafter's `Env` and `World` keep all of their state in private attributes and
+offer no public way to start an episode on a generated world, to read the player, the map or the
+counters, or to restore them; `GameEnv` is the one place in the app that reads or writes them, as a
+subclass, and everything else uses its public methods and properties. What it needs, and why:
+
+- `Env._world`, `_player`, `_seed`, `_episode`, `_step`, `_last_health`, `_unlocked`, `_length` and
+  `_update_time()`: `_new_episode` is crafter's `Env.reset` up to its world generation, line for line
+  (crafter calls its own generator from inside `reset`); the properties and `state`/`restore` expose
+  them to the rest of the app and to checkpoints.
+- `World._mat_map`: the generated material map is written as a whole (crafter's public `world[x, y] =`
+  sets one tile by name); `World._objects`, `_obj_map`, `_chunks`, `_chunk_size`, `_mat_names`: what a
+  checkpoint must capture and restore exactly (the object list with its holes, the chunk table's order),
+  and what `_place` fills in as `World.add` would.
+- `Env._sem_view._obj_ids`: crafter's semantic ids of the objects, for `semantic()` (crafter's
+  `SemanticView`, the objects set in one assignment).
+- `Env._obs`, `_size`, `_view`, `_local_view._grid`: `_obs` is overridden so a step draws crafter's
+  night noise without rendering the frame (see `GameEnv`).
+- `Env._textures`, `_local_view._textures`, `_item_view._textures`: the read-only textures are loaded
+  once per process and shared (crafter's constructor would load them for every env).
+
+crafter is pinned to the minor version these were read from (pyproject.toml); the equivalence tests
+(tests/test_worlds.py, tests/test_worldgen.py, `python -m benchmarks.worldgen_check`) compare complete
+states and long trajectories with stock crafter's, so a change there fails them.
 """
 
 from __future__ import annotations
 
+import functools
 import pickle
 import threading
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import crafter
 import numpy as np
-from crafter import engine
+from crafter import engine, objects
 
 from ..core.lru import LruMap
 from . import worldgen
 
+_CREATURES: dict[int, Any] = {  # the kinds of `worldgen.generate`'s creature rows
+    worldgen.COW: lambda world, pos, player: objects.Cow(world, pos),
+    worldgen.ZOMBIE: objects.Zombie,
+    worldgen.SKELETON: objects.Skeleton,
+}
 
-class GameWorld(engine.World):
-    """`crafter.engine.World` with its three busiest methods on plain integers.
 
-    Every creature's move looks up its target tile and moves in the object map, each a few numpy
-    scalar operations in crafter (`tuple(pos)` of an array, `np.int64` arithmetic for the chunk);
-    here the same lookups and updates on the position's integers. The results are the same values
-    (a chunk key's parts are `int`s rather than numpy integers: equal, with equal hashes).
-    """
+@dataclass
+class EnvState:
+    """Everything `crafter.Env.step` reads or writes besides the objects' own attributes: what a
+    checkpoint captures (`GameEnv.state`) and restores (`GameEnv.restore`)."""
 
-    def __getitem__(self, pos: Any) -> tuple[Any, Any]:
-        x, y = pos.tolist() if type(pos) is np.ndarray else pos
-        if not (0 <= x < self.area[0] and 0 <= y < self.area[1]):
-            return None, None
-        return self._mat_names[self._mat_map[x, y]], self._objects[self._obj_map[x, y]]
-
-    def move(self, obj: Any, pos: Any) -> None:
-        if obj.removed:
-            return
-        pos = np.array(pos)
-        (x, y), (old_x, old_y) = pos.tolist(), obj.pos.tolist()
-        obj_map = self._obj_map
-        assert obj_map[x, y] == 0  # noqa: S101 - crafter's own check, kept as it is
-        obj_map[x, y] = obj_map[old_x, old_y]
-        obj_map[old_x, old_y] = 0
-        old_chunk, new_chunk = self.chunk_key((old_x, old_y)), self.chunk_key((x, y))
-        if old_chunk != new_chunk:
-            self._chunks[old_chunk].remove(obj)
-            self._chunks[new_chunk].add(obj)
-        obj.pos = pos
-
-    def chunk_key(self, pos: Any) -> tuple[int, int, int, int]:
-        x, y = pos.tolist() if type(pos) is np.ndarray else pos
-        size_x, size_y = self._chunk_size
-        x_min, y_min = x // size_x * size_x, y // size_y * size_y
-        return x_min, min(x_min + size_x, self.area[0]), y_min, min(y_min + size_y, self.area[1])
+    seed: Any
+    episode: int
+    step: int
+    last_health: Any
+    unlocked: set[str]
+    chunk_size: tuple[int, int]
+    material_names: list[str | None]  # by material id
+    materials: np.ndarray  # the material map, [x, y]
+    daylight: float
+    random: np.random.RandomState  # the world's generator (the objects hold it too)
+    slots: list[Any]  # the world's object list, holes (None) included: an object's index is its id
+    chunk_keys: list[tuple[int, int, int, int]]  # the chunk table's keys in its order (crafter balances in it)
 
 
 class GameEnv(crafter.Env):
-    """`crafter.Env` that renders a frame only when asked, on a `GameWorld`.
+    """`crafter.Env` on worlds from the compiled generator, that renders a frame only when asked.
 
     Stock `Env.step()` renders the frame every step, and at night that render draws noise from the
     world's RNG. `_obs` keeps exactly that RNG draw (so trajectories equal stock crafter's) without
     paying for the picture; `frame()` renders on demand with the world RNG left untouched.
     """
 
-    _last_health: Any  # crafter's own attribute (set by reset and step); typed for the checker
+    # crafter's own attributes (set by reset and step), typed for the checker
+    _last_health: Any
+    _unlocked: set[str]
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._world.__class__ = GameWorld
+    def generate(self, seed: int) -> worldgen.GeneratedWorld:
+        """`crafter.Env(seed=seed).reset()` with the compiled generator, on a blank env: the same episode
+        counter, world, player and RNG state. Returns what `rebuild` needs to make the same world again."""
+        self._seed = seed
+        self._new_episode()
+        world = self._world
+        pos = self._player.pos
+        materials, creatures = worldgen.generate(world.area, (int(pos[0]), int(pos[1])), world.random)
+        self._place(materials, creatures)
+        self._obs()
+        return worldgen.GeneratedWorld(materials, creatures, world.random.get_state(legacy=False))
+
+    def rebuild(self, seed: int, generated: worldgen.GeneratedWorld) -> None:
+        """The world `generate(seed)` made, on a blank env of the same area and length, without the
+        noise: the state `generate` leaves (the equivalence tests compare them)."""
+        self._seed = seed
+        self._new_episode()
+        self._place(generated.materials, generated.creatures)
+        self._obs()
+        self._world.random.set_state(generated.random_state)
+
+    def _new_episode(self) -> None:
+        """crafter's `Env.reset` up to its world generation: the episode counter, a world seeded for it,
+        the player at the centre."""
+        center = (self._world.area[0] // 2, self._world.area[1] // 2)
+        self._episode += 1
+        self._step = 0
+        self._world.reset(seed=hash((self._seed, self._episode)) % (2**31 - 1))
+        self._update_time()
+        self._player = objects.Player(self._world, center)
+        self._last_health = self._player.health
+        self._world.add(self._player)
+        self._unlocked = set()
+
+    def _place(self, materials: np.ndarray, creatures: np.ndarray) -> None:
+        """The generated materials, and the creatures made by crafter's own classes and added as
+        `World.add` adds them (in order, each at the next index of the object list, in its chunk's set),
+        on the position's integers: crafter's `add` takes numpy calls per creature, most of a cached
+        world's cost (docs/decisions/world-generator.md)."""
+        world, player = self._world, self._player
+        world._mat_map[...] = materials
+        slots, chunks, obj_map = world._objects, world._chunks, world._obj_map
+        (size_x, size_y), (area_x, area_y) = world._chunk_size, world.area
+        for kind, x, y in creatures.tolist():
+            obj = _CREATURES[kind](world, (x, y), player)
+            obj_map[x, y] = len(slots)
+            slots.append(obj)
+            x_min, y_min = x // size_x * size_x, y // size_y * size_y
+            chunks[(x_min, min(x_min + size_x, area_x), y_min, min(y_min + size_y, area_y))].add(obj)
 
     def _obs(self) -> None:
         if self._world.daylight < 0.5:  # crafter's night threshold in LocalView._light
@@ -89,18 +144,17 @@ class GameEnv(crafter.Env):
         # Stock crafter picks the creature to despawn by index into a list built from a *set* of
         # objects, whose order follows memory addresses: the same seed and actions can then give
         # different worlds. Ordering the chunk's objects by position makes the choice reproducible.
-        # (`step` runs `_balance`, which orders them the same way; this is the reference it equals.)
-        super()._balance_chunk(chunk, _by_position(objs))
+        super()._balance_chunk(chunk, sorted(objs, key=lambda obj: obj.pos.tolist()))
 
     def step(self, action: int) -> tuple[None, float, bool, dict[str, Any]]:
-        """Stock `Env.step` with the same effects on the world, minus the work the app never reads.
+        """Stock `Env.step` with the same effects on the world, minus two costs the app never reads.
 
         Stock crafter builds an `info` dict every step (inventory and achievement copies, a semantic
-        map; here it is empty) and measures each object's distance to the player with numpy calls on
-        two-element arrays; here the same distances are plain integers, taken at the same moments
-        (each object's at its turn, the player where the updates before it left it). Every tenth step
-        the spawn-and-despawn round counts each chunk's grass and path tiles in one pass over the map
-        (`_balance`) instead of three masks per chunk. (benchmarks.worldgen_check steps both.)
+        map of the whole world; here it is empty: the observation reads the env itself), and measures
+        each object's distance to the player with numpy calls on two-element arrays; here the same
+        distances are plain integers, taken at the same moments (each object's at its turn, the
+        player where the updates before it left it). The two savings, measured against crafter's
+        own step, are in docs/decisions/world-generator.md.
         """
         self._step += 1
         self._update_time()
@@ -114,7 +168,8 @@ class GameEnv(crafter.Env):
                 obj.update()
                 px, py = player.pos.tolist()
         if self._step % 10 == 0:
-            self._balance()
+            for chunk, objs in self._world.chunks.items():
+                self._balance_chunk(chunk, objs)
         self._obs()
         reward = (player.health - self._last_health) / 10
         self._last_health = player.health
@@ -126,76 +181,6 @@ class GameEnv(crafter.Env):
         over = self._length and self._step >= self._length
         return None, (reward if self._reward else 0.0), bool(dead or over), {}
 
-    def _balance(self) -> None:
-        """`_balance_chunk` over every chunk, as stock `Env.step` runs it, with the same random draws in
-        the same order. Crafter masks the chunk's tiles of a material three times per chunk to count
-        them; the round's counts come from one pass here, since spawning and
-        despawning creatures never changes a tile."""
-        world, player = self._world, self._player
-        light = world.daylight
-        grass, path = _chunk_tiles(world, "grass"), _chunk_tiles(world, "path")
-        objects = crafter.objects
-        # Crafter's three calls of `_balance_object`: the kind, its material and how many tiles of it a
-        # chunk has, the target range for that many, the spawn/despawn distances and probabilities.
-        kinds: tuple[tuple[type, str, Callable[[Any], int], Callable[[int], tuple[float, float]], Any, Any], ...] = (
-            (
-                objects.Zombie,
-                "grass",
-                grass,
-                lambda tiles: (0 if tiles < 50 else 3.5 - 3 * light, 3.5 - 3 * light),
-                (6, 0, 0.3, 0.4),
-                lambda pos: objects.Zombie(world, pos, player),
-            ),
-            (
-                objects.Skeleton,
-                "path",
-                path,
-                lambda tiles: (0 if tiles < 6 else 1, 2),
-                (7, 7, 0.1, 0.1),
-                lambda pos: objects.Skeleton(world, pos, player),
-            ),
-            (
-                objects.Cow,
-                "grass",
-                grass,
-                lambda tiles: (0 if tiles < 30 else 1, 1.5 + light),
-                (5, 5, 0.01, 0.1),
-                lambda pos: objects.Cow(world, pos),
-            ),
-        )
-        for chunk, objs in world.chunks.items():
-            ordered = _by_position(objs)
-            for kind, material, tiles, target, rates, ctor in kinds:
-                self._balance_kind(chunk, ordered, kind, material, target(tiles(chunk)), rates, ctor)
-
-    def _balance_kind(
-        self,
-        chunk: tuple[int, int, int, int],
-        objs: list[Any],
-        kind: type,
-        material: str,
-        target: tuple[float, float],
-        rates: tuple[int, int, float, float],
-        ctor: Callable[[np.ndarray], Any],
-    ) -> None:
-        """Crafter's `_balance_object` for one kind of creature in one chunk, given its target range."""
-        span_dist, despan_dist, spawn_prob, despawn_prob = rates
-        random = self._world.random
-        creatures = [obj for obj in objs if isinstance(obj, kind)]
-        if len(creatures) < int(target[0]) and random.uniform() < spawn_prob:
-            xmin, xmax, ymin, ymax = chunk
-            mask = self._world.mask(*chunk, material)
-            xs = np.tile(np.arange(xmin, xmax)[:, None], [1, ymax - ymin])[mask]
-            ys = np.tile(np.arange(ymin, ymax)[None, :], [xmax - xmin, 1])[mask]
-            i = random.randint(0, len(xs))
-            pos = np.array((xs[i], ys[i]))
-            if self._world[pos][1] is None and self._player.distance(pos) >= span_dist:
-                self._world.add(ctor(pos))
-        elif len(creatures) > int(target[1]) and random.uniform() < despawn_prob:
-            obj = creatures[random.randint(0, len(creatures))]
-            if self._player.distance(obj.pos) >= despan_dist:
-                self._world.remove(obj)
-
     def frame(self, size: int = 64) -> np.ndarray:
         """The RGB frame stock crafter would show, without advancing the world's RNG."""
         world = self._world
@@ -206,6 +191,16 @@ class GameEnv(crafter.Env):
         finally:
             world.random = saved
 
+    def semantic(self) -> np.ndarray:
+        """The whole map as semantic ids, [x, y]: what crafter's `SemanticView` returns, the objects set
+        in one indexed assignment instead of one per object (docs/decisions/world-generator.md)."""
+        world = self._world
+        canvas: np.ndarray = world._mat_map.copy()
+        ids = self._sem_view._obj_ids
+        live = [obj for obj in world._objects if obj]
+        canvas[[obj.pos[0] for obj in live], [obj.pos[1] for obj in live]] = [ids[type(obj)] for obj in live]
+        return canvas
+
     @property
     def player(self) -> Any:
         return self._player
@@ -213,6 +208,10 @@ class GameEnv(crafter.Env):
     @property
     def world(self) -> engine.World:
         return self._world
+
+    @property
+    def seed(self) -> int:
+        return int(self._seed)
 
     @property
     def step_count(self) -> int:
@@ -225,31 +224,76 @@ class GameEnv(crafter.Env):
     def release(self) -> None:
         """Breaks crafter's reference cycles (each object holds its world, the world its objects and
         their chunk sets), so that the world is freed when the env's last reference goes, not at the
-        next full garbage collection (~110 objects a 20-decision rollout left to the cycle collector, 0
-        after). The env is unusable after."""
+        next full garbage collection. The env is unusable after."""
         world = self._world
         world._objects = [None]
         world._chunks.clear()
 
+    def state(self) -> EnvState:
+        """What a checkpoint captures besides the objects' own attributes (the live objects, not copies)."""
+        world = self._world
+        return EnvState(
+            seed=self._seed,
+            episode=self._episode,
+            step=self._step,
+            last_health=self._last_health,
+            unlocked=set(self._unlocked or ()),
+            chunk_size=tuple(world._chunk_size),
+            material_names=[world._mat_names[index] for index in range(len(world._mat_names))],
+            materials=world._mat_map,
+            daylight=world.daylight,
+            random=world.random,
+            slots=list(world._objects),
+            chunk_keys=list(world._chunks),
+        )
 
-def _texture_holders(env: GameEnv) -> tuple[Any, ...]:
-    """What refers to crafter's textures (read-only images, slow to load): the env and two views."""
-    return (env, env._local_view, env._item_view)
+    def restore(self, state: EnvState) -> None:
+        """This (blank) env in `state`: its objects, already linked to this world and `state.random`,
+        take their slots, map cells and chunks; the player is the one `objects.Player` among them."""
+        world = self._world
+        self._seed, self._episode, self._step = state.seed, state.episode, state.step
+        self._last_health, self._unlocked = state.last_health, set(state.unlocked)
+        world._chunk_size = tuple(state.chunk_size)
+        world._mat_names = dict(enumerate(state.material_names))
+        world._mat_ids = {name: index for index, name in world._mat_names.items()}
+        world._mat_map = state.materials
+        world.daylight = state.daylight
+        world.random = state.random
+        world._objects = list(state.slots)
+        world._obj_map = np.zeros(world.area, np.uint32)
+        world._chunks.clear()
+        for key in state.chunk_keys:  # the table's order is the order crafter balances chunks in
+            world._chunks[tuple(key)] = set()
+        for index, obj in enumerate(world._objects):
+            if obj is None:
+                continue
+            world._obj_map[tuple(obj.pos)] = index
+            world._chunks[world.chunk_key(obj.pos)].add(obj)
+            if isinstance(obj, objects.Player):
+                self._player = obj
 
 
-def _by_position(objs: Any) -> list[Any]:
-    return sorted(objs, key=lambda obj: obj.pos.tolist())
+class _SharedTextures(engine.Textures):
+    """Crafter's textures (read-only images), loaded once per process and shared by every env; pickled
+    as a reference to that one copy, so a blank env's pickle neither carries nor copies them."""
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return _shared_textures, ()
 
 
-def _chunk_tiles(world: engine.World, material: str) -> Callable[[tuple[int, int, int, int]], int]:
-    """How many tiles of `material` each chunk holds, for every chunk at once: crafter's chunks tile
-    the map from (0, 0) in steps of the chunk size (the last ones cut at the map's edge)."""
-    size_x, size_y = world._chunk_size
-    area_x, area_y = world._mat_map.shape
-    tiles = world._mat_map == world._mat_ids[material]
-    counts = np.add.reduceat(np.add.reduceat(tiles, range(0, area_x, size_x), axis=0), range(0, area_y, size_y), axis=1)
-    table = counts.tolist()
-    return lambda chunk: int(table[chunk[0] // size_x][chunk[2] // size_y])
+@functools.cache
+def _shared_textures() -> _SharedTextures:
+    return _SharedTextures(crafter.constants.root / "assets")
+
+
+def _template(area: tuple[int, int], length: int) -> GameEnv:
+    """A constructed, never reset env for (area, length), on the shared textures and without a world
+    generator (each episode seeds a new one)."""
+    env = GameEnv(area=area, length=length, seed=0)
+    textures = _shared_textures()
+    env._textures = env._local_view._textures = env._item_view._textures = textures
+    env._world.random = None
+    return env
 
 
 WorldKey = tuple[int, tuple[int, int], int]
@@ -264,49 +308,33 @@ class WorldFactory:
         self._blanks: dict[tuple[tuple[int, int], int], bytes] = {}
         self._lock = threading.Lock()
         self._generating: dict[WorldKey, threading.Lock] = {}  # one generation per new world at a time
-        self._textures = engine.Textures(crafter.constants.root / "assets")
         self.hits = 0
         self.misses = 0
 
-    def _blank(self, area: tuple[int, int], length: int) -> GameEnv:
-        """A constructed, not yet reset env for (area, length): a pickle of one built once (crafter's
-        constructor loads the textures), without the textures, which its three holders share
-        with every world, detached for the dump, so pickle runs in C without a persistent-id call per
-        object; and without its world's generator, which its caller seeds or sets (an unpickled
-        RandomState is built from the OS's entropy first, most of a blank's cost). Only this
-        factory's own bytes are ever unpickled."""
-        with self._lock:
-            blank = self._blanks.get((area, length))
-            if blank is None:
-                built = GameEnv(area=area, length=length, seed=0)
-                for holder in _texture_holders(built):
-                    holder._textures = None
-                built._world.random = None
-                blank = self._blanks[(area, length)] = pickle.dumps(built, protocol=pickle.HIGHEST_PROTOCOL)
-        env: GameEnv = pickle.loads(blank)
-        for holder in _texture_holders(env):
-            holder._textures = self._textures
-        env._world.random = worldgen.unset_random()
-        return env
-
     def blank(self, area: tuple[int, int], length: int) -> GameEnv:
-        """A constructed, never reset env (textures shared): what a checkpoint is loaded into."""
-        return self._blank((area[0], area[1]), length)
+        """A constructed, never reset env (textures shared): a copy of one built once per (area,
+        length), since crafter's constructor loads the textures. Only this factory's own bytes are
+        ever unpickled."""
+        key = ((area[0], area[1]), length)
+        with self._lock:
+            blank = self._blanks.get(key)
+            if blank is None:
+                blank = self._blanks[key] = pickle.dumps(_template(*key), protocol=pickle.HIGHEST_PROTOCOL)
+        env: GameEnv = pickle.loads(blank)
+        return env
 
     def generate(self, seed: int, area: tuple[int, int], length: int) -> GameEnv:
         """A freshly generated world, bypassing the cache."""
         return self._generate(seed, area, length)[0]
 
     def _generate(self, seed: int, area: tuple[int, int], length: int) -> tuple[GameEnv, worldgen.GeneratedWorld]:
-        env = self._blank(area, length)
-        env._seed = seed
-        return env, worldgen.reset(env)
+        env = self.blank(area, length)
+        return env, env.generate(seed)
 
     def _rebuild(self, key: WorldKey, generated: worldgen.GeneratedWorld) -> GameEnv:
         seed, area, length = key
-        env = self._blank(area, length)
-        env._seed = seed
-        worldgen.rebuild(env, generated)
+        env = self.blank(area, length)
+        env.rebuild(seed, generated)
         return env
 
     def world(self, seed: int, area: tuple[int, int] = (64, 64), length: int = 10_000) -> GameEnv:

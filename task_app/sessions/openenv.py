@@ -26,10 +26,10 @@ from dataclasses import replace
 from enum import StrEnum
 from typing import Any
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..core.errors import Gone, InvalidRequest, NotConfigured, NotFound, RateLimited, TaskAppError, Unauthorized
+from ..core.json_codec import JSONDecodeError, loads
 from ..core.offload import Offload
 from ..core.tasks import TASK_ID_MAX_LENGTH, check_area
 from ..game import (
@@ -255,8 +255,8 @@ class WsConnection:
 
     async def handle(self, text: str) -> tuple[dict[str, Any] | None, bool]:
         try:
-            message = orjson.loads(text)
-        except orjson.JSONDecodeError as exc:
+            message = loads(text, strict=True)
+        except JSONDecodeError as exc:
             return ws_error(WSErrorCode.INVALID_JSON, f"Invalid JSON: {exc}"), False
         kind = message.get("type", "") if isinstance(message, dict) else ""
         data = message.get("data", {}) if isinstance(message, dict) else {}
