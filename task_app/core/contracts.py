@@ -23,6 +23,13 @@ class _Lenient(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
+class ContinueFrom(_Lenient):
+    """Where a rollout continues instead of starting a seed's world: one of the two (docs/rollouts.md)."""
+
+    env_id: str | None = Field(default=None, max_length=200, description="an env session, its current state")
+    snapshot_id: str | None = Field(default=None, max_length=200, description="a snapshot (or a rollout's)")
+
+
 class EnvSpec(_Lenient):
     env_id: str | None = None
     env_name: str | None = None
@@ -34,6 +41,7 @@ class EnvSpec(_Lenient):
     observation: Literal["full", "compact"] = Field(
         default="full", description='the observation text the policy reads: "full" or "compact"'
     )
+    continue_from: ContinueFrom | None = None
 
 
 class PolicySpec(_Lenient):
@@ -48,6 +56,7 @@ class RecordSpec(_Lenient):
     value: bool = False
     return_trace: bool = False
     trace_format: Literal["compact", "full", "structured"] = "compact"
+    snapshot: bool = Field(default=False, description="snapshot the last state: trajectories[0].final.snapshot_id")
 
 
 class SafetySpec(_Lenient):
@@ -163,6 +172,8 @@ class RolloutResponse(BaseModel):
     branches: dict[str, list[str]] = Field(default_factory=dict)
     metrics: RolloutMetrics
     aborted: bool = False
+    exclude: bool = False  # leave this sample out of training (rollout/failures.py, `exclusion`)
+    failure_kind: Literal["infra", "policy"] | None = None
     ops_executed: int = 0
     trace_correlation_id: str
     trace: dict[str, Any] | None = None

@@ -75,12 +75,16 @@ async def open_session(max_connections: int, *, rollout_cap: int | None = None) 
         await pool.close()
 
 
+POLICY_VERSION_HEADER = "x-policy-version"  # set by a trainer's model server: the weights' version that answered
+
+
 @dataclass(frozen=True, slots=True)
 class Answer:
     status: int
     body: bytes
     retry_after: str | None
     should_retry: str | None = None  # the server's `x-should-retry` header, if any
+    policy_version: str | None = None  # the model server's `x-policy-version` header, if any (docs/training-data.md)
 
     @property
     def ok(self) -> bool:
@@ -149,7 +153,13 @@ async def post(
     except http1.Failure as exc:
         raise SendFailure(exc.kind, str(exc)) from exc
     headers_in = reply.headers
-    return Answer(reply.status, reply.body, headers_in.get("retry-after"), headers_in.get("x-should-retry"))
+    return Answer(
+        reply.status,
+        reply.body,
+        headers_in.get("retry-after"),
+        headers_in.get("x-should-retry"),
+        headers_in.get(POLICY_VERSION_HEADER),
+    )
 
 
 class Stream:

@@ -115,9 +115,13 @@ class Settings(BaseSettings):
     inference_connect_timeout_s: float = Field(default=10.0, gt=0)
     """Connect timeout of a model call."""
     inference_read_timeout_s: float = Field(default=120.0, gt=0)
-    """Read timeout of a model call; one attempt (or one proxied stream) gets at most connect + read."""
+    """Read timeout of a model call; one attempt (or one proxied stream) gets at most connect + read. It is
+    also how long a request held by a paused server (a weight update) may wait: set it above your update's time."""
     inference_max_attempts: int = Field(default=4, ge=1, le=20)
     """Attempts per model call (connection errors, timeouts, 429, 5xx), all inside the rollout's deadline."""
+    inference_abort_retries: int = Field(default=8, ge=0, le=100)
+    """Answers with `finish_reason: "abort"` (vLLM's `pause_generation` during a weight update) a decision
+    sends again, after the backoff, before it fails; each is counted in the step's `aborted_answers`."""
     inference_backoff_s: float = Field(default=0.5, ge=0)
     """First backoff between attempts (exponential, with jitter)."""
     inference_backoff_max_s: float = Field(default=8.0, ge=0)

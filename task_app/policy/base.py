@@ -11,6 +11,7 @@ from ..game import ActionPlan, Observation
 
 if TYPE_CHECKING:
     from .sampled_tokens import TokenData
+    from .versions import PolicyVersion
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +92,7 @@ class PolicyDecision:
     usable: bool = True
     lm_call: LMCall | None = None
     plan: ActionPlan | None = None
+    version: PolicyVersion | None = None  # the weights that answered (policy/versions.py)
 
 
 class Policy(Protocol):

@@ -225,6 +225,7 @@ class InferenceLimits:
     backoff_s: float = 0.5
     backoff_max_s: float = 8.0
     max_response_bytes: int = 8 * 1024 * 1024
+    abort_retries: int = 8
 
     @classmethod
     def from_settings(cls, settings: Settings) -> InferenceLimits:
@@ -235,6 +236,7 @@ class InferenceLimits:
             backoff_s=settings.inference_backoff_s,
             backoff_max_s=settings.inference_backoff_max_s,
             max_response_bytes=settings.inference_max_response_bytes,
+            abort_retries=settings.inference_abort_retries,
         )
 
 
@@ -249,6 +251,7 @@ class ChatResult:
     finished_at: datetime
     latency_ms: float
     invalid_reason: str | None = None
+    policy_version: str | None = None  # the answer's X-Policy-Version header (policy/versions.py)
 
 
 class _Retryable(Exception):
@@ -305,7 +308,7 @@ class InferenceClient:
                     f"rollout deadline reached before inference attempt {retry.attempt}", code="inference_timeout"
                 )
             try:
-                status, payload, reason = await self._attempt(url, content, headers, remaining)
+                status, payload, reason, version = await self._attempt(url, content, headers, remaining)
             except _Retryable as failure:
                 attempt = retry.attempt
                 wait = retry.next_wait(failure.retry_after)
@@ -338,13 +341,21 @@ class InferenceClient:
                 extra={"run_id": run_id},
             )
             return ChatResult(
-                payload, status, retry.attempt, started_at, datetime.now(UTC), (finished - start) * 1000, reason
+                payload,
+                status,
+                retry.attempt,
+                started_at,
+                datetime.now(UTC),
+                (finished - start) * 1000,
+                reason,
+                version,
             )
 
     async def _attempt(
         self, url: Target | str, content: bytes, headers: dict[str, str], remaining: float | None
-    ) -> tuple[int, dict[str, Any] | None, str | None]:
-        """One request: (status, parsed body or None, why the body is unusable). Raises _Retryable/PolicyError."""
+    ) -> tuple[int, dict[str, Any] | None, str | None, str | None]:
+        """One request: (status, parsed body or None, why the body is unusable, the X-Policy-Version header).
+        Raises _Retryable/PolicyError."""
         limits = self.limits
         cap = remaining if remaining is not None else float("inf")
         # One attempt gets at most connect + read timeout in total, so a server that drips bytes (never
@@ -362,7 +373,7 @@ class InferenceClient:
                 max_bytes=limits.max_response_bytes,
             )
         except AnswerTooLarge as exc:
-            return exc.status, None, RESPONSE_TOO_LARGE
+            return exc.status, None, RESPONSE_TOO_LARGE, None
         except SendFailure as exc:
             if exc.kind == SendFailure.REQUEST:
                 raise PolicyError(f"cannot send the inference request: {exc}", code="inference_request_error") from exc
@@ -373,10 +384,10 @@ class InferenceClient:
         try:
             parsed = loads(answer.body)
         except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-            return answer.status, None, "invalid_json"
+            return answer.status, None, "invalid_json", answer.policy_version
         if not isinstance(parsed, dict):
-            return answer.status, None, "response_not_an_object"
-        return answer.status, parsed, None
+            return answer.status, None, "response_not_an_object", answer.policy_version
+        return answer.status, parsed, None, answer.policy_version
 
     @staticmethod
     def _status_error(status: int, raw: bytes, retry_after: str | None) -> Exception:

@@ -46,6 +46,10 @@ class PolicyConfig(BaseModel):
     history: History = "summary"
     history_max_turns: StrictInt = Field(default=HISTORY_TURNS, ge=1, le=MAX_HISTORY_TURNS)
     history_max_bytes: StrictInt = Field(default=HISTORY_BYTES, ge=1024, le=MAX_HISTORY_BYTES)
+    # the weights' version when no answer names one (policy/versions.py), and how many versions apart a
+    # rollout's decisions may be before it stops (stop_reason "version_lag")
+    policy_version: StrictInt | None = Field(default=None, ge=0)
+    max_version_lag: StrictInt | None = Field(default=None, ge=0)
 
     @field_validator("extra_body")
     @classmethod

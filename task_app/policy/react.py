@@ -28,12 +28,13 @@ import anyio
 from ..core import json_codec
 from ..core.settings import Settings
 from ..game import ACTIONS, TOOL_NAME, ActionPlan, Observation, normalise_tool_calls
-from .base import HistoryEntry, LMCall, PolicyDecision, content_text
+from .base import HistoryEntry, LMCall, PolicyDecision, PolicyError, content_text
 from .conversation import Conversation
-from .inference import RESPONSE_TOO_LARGE, InferenceClient, InferenceTarget, chat_params, resolve_target
+from .inference import RESPONSE_TOO_LARGE, ChatResult, InferenceClient, InferenceTarget, chat_params, resolve_target
 from .policy_config import PolicyConfig
 from .prompts import build_messages, result_text, system_prompt, tool_choice, tool_schema, turn_text
 from .sampled_tokens import TokenData, missing, read_tokens, request_fields, unavailable_reason
+from .versions import policy_version
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ _ACTION_LABEL = re.compile(r"^[\W_]*(?:final\s+|next\s+)?actions?\s*(\d+)?\s*[:=
 _MAX_TEXT_CHARS = 20_000
 _MAX_JSON_STARTS = 64
 _USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")
+ABORT = "abort"  # the finish_reason of a request vLLM's pause_generation aborted
 
 
 # --- parsing ---------------------------------------------------------------------------------------
@@ -229,6 +231,12 @@ def parse_answer(body: Mapping[str, Any], max_actions: int) -> ParsedAnswer:
 # --- the policy ------------------------------------------------------------------------------------
 
 
+def _aborted(body: Mapping[str, Any] | None) -> bool:
+    choices = body.get("choices") if body else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    return isinstance(first, Mapping) and first.get("finish_reason") == ABORT
+
+
 def _usage(body: Mapping[str, Any] | None) -> dict[str, int]:
     usage = body.get("usage") if body else None
     if not isinstance(usage, Mapping):
@@ -268,6 +276,11 @@ def request_params(config: PolicyConfig, target: InferenceTarget) -> dict[str, A
     if config.extra_body:
         params.update(copy.deepcopy(config.extra_body))
     return params
+
+
+def _served_model(body: Mapping[str, Any] | None) -> str | None:
+    model = body.get("model") if body else None
+    return model if isinstance(model, str) else None
 
 
 def _completion_limit(body: Mapping[str, Any]) -> int | None:
@@ -368,7 +381,7 @@ class ReactPolicy:
         """One model call. Raises PolicyError when the model server cannot be reached or refuses."""
         messages, trim = self._messages(observation, history)
         body = self.request_body(messages)
-        result = await self.client.chat(self.target, body, deadline=self.deadline(), run_id=self.run_id)
+        result, aborted = await self._chat(body)
         parsed = (
             self._unreadable(result.invalid_reason)
             if result.body is None
@@ -382,10 +395,14 @@ class ReactPolicy:
             "provider": self.target.provider,
             "latency_ms": round(result.latency_ms, 1),
             "attempts": result.attempts,
+            "aborted_answers": aborted,
             "usage": usage,
             "finish_reason": parsed.finish_reason,
             "parsed_from": parsed.parsed_from,
         }
+        version = policy_version(result.policy_version, _served_model(result.body), self.config.policy_version)
+        if version is not None:
+            meta["policy_version"], meta["policy_version_source"] = version.version, version.source
         if trim is not None:
             meta["history"] = trim
         if not parsed.usable:
@@ -413,8 +430,33 @@ class ReactPolicy:
             tool_arguments=parsed.arguments,
         )
         return PolicyDecision(
-            tool_calls=parsed.tool_calls, meta=meta, usable=parsed.usable, lm_call=lm_call, plan=parsed.plan
+            tool_calls=parsed.tool_calls,
+            meta=meta,
+            usable=parsed.usable,
+            lm_call=lm_call,
+            plan=parsed.plan,
+            version=version,
         )
+
+    async def _chat(self, body: dict[str, Any]) -> tuple[ChatResult, int]:
+        """The answer, and how many answers a paused server aborted before it (`finish_reason: "abort"`:
+        vLLM's pause_generation during a weight update), each sent again after the backoff."""
+        aborted = 0
+        while True:
+            result = await self.client.chat(self.target, body, deadline=self.deadline(), run_id=self.run_id)
+            if not _aborted(result.body):
+                return result, aborted
+            if aborted >= self.client.limits.abort_retries:
+                raise PolicyError(
+                    f"the model server aborted the request {aborted + 1} times (finish_reason abort; "
+                    "TASKAPP_INFERENCE_ABORT_RETRIES)",
+                    code="inference_aborted",
+                )
+            aborted += 1
+            logger.warning(
+                "the model server aborted a request (a weight update?); sending it again", extra={"run_id": self.run_id}
+            )
+            await anyio.sleep(self.client.backoff.wait(aborted))
 
     async def aclose(self) -> None:
         """Nothing to release: the HTTP client belongs to the app."""

@@ -32,8 +32,10 @@ from ..core.offload import Offload, run_in_thread
 from ..core.rubrics import Rubric
 from ..game import Game, Observation, WorldFactory, normalise_tool_calls
 from ..game.actions import NOOP, plan_from_names
+from ..game.checkpoint import dump_game, load_game
 from ..game.compact_text import observation_text
 from ..policy.base import HistoryEntry, Policy, PolicyDecision, PolicyError
+from .continuation import RolloutEnd, RolloutStart, carried
 from .control import RunControl
 from .plan import AGENT, RolloutPlan
 from .result import DecisionRecord, EpisodeSummary, RolloutResult, StopReason
@@ -72,6 +74,7 @@ class RolloutEngine:
         deadline: float | None = None,
         on_record: Callable[[RolloutResult, DecisionRecord], None] | None = None,
         rubrics: Mapping[str, Rubric] | None = None,
+        start: RolloutStart | None = None,
     ) -> None:
         self.plan = plan
         self.rubrics = rubrics  # the shipped rubrics: metrics.outcome_score / events_score
@@ -81,7 +84,9 @@ class RolloutEngine:
         self.control = control or RunControl()
         self.offload = offload
         self.pace = pace  # awaited before each decision's step: a wave's decisions spread over loop iterations
-        self.history: deque[HistoryEntry] = deque(maxlen=history_length)
+        self.history: deque[HistoryEntry] = deque(start.history if start else (), maxlen=history_length)
+        self._start = start  # the state the first episode continues from (None: the seed's new world)
+        self._offset = start.decisions if start else 0  # decisions played before it: history numbers go on
         self.unusable_limit = unusable_limit
         self.shaper = StepRewardShaper(plan.step_rewards) if plan.step_rewards.active else None
         self.result = RolloutResult(plan=plan, started_at=datetime.now(UTC))
@@ -124,6 +129,8 @@ class RolloutEngine:
         finally:
             self.control.bind(None)
             if self._game is not None:
+                if self.plan.record_snapshot:
+                    self.result.end = self._end(self._game)
                 self._game.close()
                 self._game = None
         if self.rubrics is not None:  # a long rollout's scores off the loop, a short one's on it
@@ -148,15 +155,26 @@ class RolloutEngine:
 
     # --- ops ------------------------------------------------------------------------------------
 
-    def _start_game(self) -> tuple[Game, Observation]:
-        """The world (cached or generated) and its first observation: one worker-thread job."""
+    def _start_game(self, start: RolloutStart | None) -> tuple[Game, Observation]:
+        """The world (cached or generated, or the state `start` continues from) and its first observation:
+        one worker-thread job."""
         plan = self.plan
-        env = self.worlds.world(plan.seed, plan.area, plan.length)
-        game = Game(env, image_size=plan.image_size, decision_limit=plan.max_steps_per_episode)
+        if start is not None:
+            game, _ = load_game(start.checkpoint, self.worlds, plan.image_size)
+            game.decision_limit = plan.max_steps_per_episode
+        else:
+            env = self.worlds.world(plan.seed, plan.area, plan.length)
+            game = Game(env, image_size=plan.image_size, decision_limit=plan.max_steps_per_episode)
         return game, game.observe()
 
+    def _end(self, game: Game) -> RolloutEnd:
+        """The last state and what a continuation needs besides it (`record.snapshot`)."""
+        decisions = self._offset + len(self.result.records)
+        return RolloutEnd(dump_game(game), carried(decisions, tuple(self.history)))
+
     async def _new_episode(self) -> None:
-        game, observation = await self.offload(self._start_game)
+        start, self._start = self._start, None  # only the first episode continues; a reset plays the seed
+        game, observation = await self.offload(lambda: self._start_game(start))
         if self._game is not None:
             self._game.close()
         text = observation_text(observation, self.plan.text_format)
@@ -167,6 +185,7 @@ class RolloutEngine:
         self.result.final_obs_text = text
         if self.shaper is not None:
             self.shaper.reset_episode()
+        self._needs_reset = game.done and self.plan.on_done == "reset"  # a continued state may have ended
 
     async def _agent(self) -> None:
         if self._needs_reset:
@@ -176,6 +195,7 @@ class RolloutEngine:
         except PolicyError as exc:
             self.result.error = {"code": exc.code, "message": str(exc), "status": exc.status}
             raise _Stop(StopReason.POLICY_ERROR) from exc
+        self._check_version(decision)
         self.result.decisions += 1
         if decision.usable:
             self._unusable_streak = 0
@@ -190,6 +210,21 @@ class RolloutEngine:
                 }
                 raise _Stop(StopReason.POLICY_UNUSABLE)
         self._pending = decision
+
+    def _check_version(self, decision: PolicyDecision) -> None:
+        """Note the decision's policy version; stop, without playing it, when it would make the rollout's
+        decisions span more versions than `policy.config.max_version_lag`."""
+        if decision.version is None:
+            return
+        seen, version, lag = self.result.policy_versions, decision.version.version, self.plan.policy.max_version_lag
+        if lag is not None and seen and max(*seen, version) - min(*seen, version) > lag:
+            self.result.error = {
+                "code": StopReason.VERSION_LAG,
+                "message": f"decision {self.result.decisions} came from policy version {version}, more than "
+                f"max_version_lag ({lag}) from the versions {sorted(seen)} of the decisions before it",
+            }
+            raise _Stop(StopReason.VERSION_LAG)
+        seen.add(version)
 
     async def _env(self) -> None:
         if self._needs_reset:
@@ -237,7 +272,13 @@ class RolloutEngine:
         if self.on_record is not None:
             self.on_record(self.result, record)
         self.history.append(
-            HistoryEntry(record.index, tuple(outcome.actions), outcome.unlocked, outcome.reward, len(plan.rejected))
+            HistoryEntry(
+                self._offset + record.index,
+                tuple(outcome.actions),
+                outcome.unlocked,
+                outcome.reward,
+                len(plan.rejected),
+            )
         )
         self._observation, self._obs_text, self._pending = observation, obs_after_text, None
         self.result.final_obs_text = obs_after_text

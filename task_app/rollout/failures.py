@@ -11,11 +11,17 @@
     deadline            safety.max_time_s ran out                                    yes
     aborted             /run/abort, the client went away, or safety.max_ops          no
     storage             the trace or SFT file was not stored (the response is whole) no
+    version_lag         the decisions spanned more policy versions than max_version_lag yes
     internal            a bug in the task app (logged with its traceback)            yes
 
 `retryable` answers one question: can the same request, sent again, be expected to give a complete
 sample? A policy error also keeps the inference client's own `code` and HTTP `status`. `storage` is
 the one class of a rollout that is not `aborted`: its data is complete, only the stored copy is not.
+
+`exclusion` answers another: should a trainer leave the sample out? `failure_kind` is whose failure
+it was: `policy` (model_unusable: the model's own answers, a sample to learn from) or `infra` (every
+other class). `exclude` is true when the sample was cut short by something other than the policy;
+a `storage` failure's data is whole, so it is not excluded.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ class ErrorClass(enum.StrEnum):
     DEADLINE = "deadline"
     ABORTED = "aborted"
     STORAGE = "storage"
+    VERSION_LAG = "version_lag"
     INTERNAL = "internal"
 
 
@@ -43,6 +50,19 @@ ERROR_CLASSES = tuple(member.value for member in ErrorClass)
 
 def failure(error_class: ErrorClass, message: str, retryable: bool, **extra: Any) -> dict[str, Any]:
     return {"class": error_class.value, "message": message, "retryable": retryable, **extra}
+
+
+POLICY, INFRA = "policy", "infra"
+_KEPT = frozenset({ErrorClass.MODEL_UNUSABLE.value, ErrorClass.STORAGE.value})
+
+
+def exclusion(failed: dict[str, Any] | None) -> tuple[bool, str | None]:
+    """(`exclude`, `failure_kind`) of a rollout whose `metrics.details.error` is `failed`."""
+    if failed is None:
+        return False, None
+    error_class = failed.get("class")
+    kind = POLICY if error_class == ErrorClass.MODEL_UNUSABLE.value else INFRA
+    return error_class not in _KEPT, kind
 
 
 def policy_failure(error: dict[str, Any]) -> dict[str, Any]:

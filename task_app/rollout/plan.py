@@ -82,6 +82,8 @@ class RolloutPlan:
     training_session_id: str | None
     synth_base_url: str | None
     alias_applied: bool
+    continue_from: tuple[str, str] | None = None  # ("env_id" | "snapshot_id", its id): rollout/continuation.py
+    record_snapshot: bool = False  # `record.snapshot`: the last state as a snapshot
 
     @property
     def record_tokens(self) -> bool:
@@ -285,6 +287,23 @@ def _seed(request: RolloutRequest, area: tuple[int, int], settings: Settings) ->
     return seed
 
 
+def _continue_from(request: RolloutRequest) -> tuple[str, str] | None:
+    """`env.continue_from`: exactly one of env_id / snapshot_id, and no seed or task id beside it."""
+    start = request.env.continue_from
+    if start is None:
+        return None
+    given = [(name, value) for name, value in (("env_id", start.env_id), ("snapshot_id", start.snapshot_id)) if value]
+    if len(given) != 1:
+        raise InvalidRequest(
+            "env.continue_from needs exactly one of env_id and snapshot_id", code="invalid_continue_from"
+        )
+    if request.env.seed is not None or request.env.task_id is not None:
+        raise InvalidRequest(
+            "env.continue_from replaces env.seed and env.task_id: send one or the other", code="invalid_continue_from"
+        )
+    return given[0]
+
+
 def _area(env_config: EnvConfig, settings: Settings) -> tuple[int, int]:
     area = env_config.area or settings.area
     if not valid_area(area):
@@ -381,4 +400,6 @@ def build_plan(request: RolloutRequest, settings: Settings) -> RolloutPlan:
         training_session_id=request.training_session_id,
         synth_base_url=request.synth_base_url,
         alias_applied=alias_applied,
+        continue_from=_continue_from(request),
+        record_snapshot=request.record.snapshot,
     )

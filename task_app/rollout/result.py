@@ -16,7 +16,8 @@ from ..core.json_codec import dumps_bytes
 from ..game import ActionPlan, DecisionOutcome
 from ..policy.base import PolicyDecision
 from ..policy.sampled_tokens import TokenData
-from .failures import ErrorClass, failure, policy_failure, storage_failure
+from .continuation import RolloutEnd
+from .failures import ErrorClass, exclusion, failure, policy_failure, storage_failure
 from .plan import RolloutPlan
 from .scores import RolloutScores
 from .step_rewards import StepwiseResult
@@ -32,6 +33,7 @@ class StopReason(enum.StrEnum):
     ABORTED = "aborted"
     POLICY_UNUSABLE = "policy_unusable"
     POLICY_ERROR = "policy_error"
+    VERSION_LAG = "version_lag"  # policy.config.max_version_lag: the decisions spanned too many versions
     INTERNAL = "internal_error"  # a bug in the task app stopped the rollout (logged with its traceback)
 
     @property
@@ -178,6 +180,9 @@ class RolloutResult:
     decision_samples: list[dict[str, Any]] | None = None
     storage: dict[str, Any] | None = None
     rubric_scores: RolloutScores | None = None
+    policy_versions: set[int] = field(default_factory=set)  # of the decisions played (policy/versions.py)
+    end: RolloutEnd | None = None  # the last state, with `record.snapshot` (rollout/continuation.py)
+    snapshot_id: str | None = None  # where the service stored `end`
 
     @property
     def aborted(self) -> bool:
@@ -210,6 +215,9 @@ class RolloutResult:
             return failure(ErrorClass.ABORTED, "the rollout was aborted (/run/abort, or the client went away)", False)
         if reason == StopReason.MAX_OPS:
             return failure(ErrorClass.ABORTED, f"safety.max_ops ({plan.max_ops}) was reached", False)
+        if reason == StopReason.VERSION_LAG:
+            message = (self.error or {}).get("message") or "the decisions spanned too many policy versions"
+            return failure(ErrorClass.VERSION_LAG, str(message), True)
         if reason == StopReason.INTERNAL:
             message = (self.error or {}).get("message") or "internal error"
             return failure(ErrorClass.INTERNAL, str(message), True)
@@ -237,6 +245,7 @@ class RolloutResult:
             "actions_executed": sum(len(record.outcome.results) for record in self.records),
             "rejected_actions": sum(len(record.plan.rejected) for record in self.records),
             "unusable_answers": self.unusable_answers,
+            "policy_versions": sorted(self.policy_versions),
             "ops_dropped": self.plan.ops_dropped,
             "episodes": self._episode_details(),
             "duration_s": round(((self.finished_at or self.started_at) - self.started_at).total_seconds(), 4),
@@ -260,6 +269,12 @@ class RolloutResult:
             "details": details,
         }
 
+    def _final(self) -> dict[str, Any]:
+        final: dict[str, Any] = {"observation": {"text": self.final_obs_text}}
+        if self.plan.record_snapshot:
+            final["snapshot_id"] = self.snapshot_id
+        return final
+
     def response(self, trace: dict[str, Any] | None = None) -> dict[str, Any]:
         """The RolloutResponse body."""
         plan = self.plan
@@ -270,18 +285,22 @@ class RolloutResult:
             "env_id": self.env_id,
             "policy_id": self.policy_id,
             "steps": steps,
-            "final": {"observation": {"text": self.final_obs_text}},
+            "final": self._final(),
             "length": len(self.records),
             # A string, as synth-ai's RolloutTrajectory requires; empty when the policy calls no model.
             "inference_url": plan.inference_url or "",
             "decision_samples": self.decision_samples,
         }
+        metrics = self.metrics()
+        exclude, failure_kind = exclusion(metrics["details"].get("error"))
         return {
             "run_id": plan.run_id,
             "trajectories": [trajectory],
             "branches": {},
-            "metrics": self.metrics(),
+            "metrics": metrics,
             "aborted": self.aborted,
+            "exclude": exclude,
+            "failure_kind": failure_kind,
             "ops_executed": self.ops_executed,
             "trace_correlation_id": plan.trace_correlation_id,
             "trace": trace,

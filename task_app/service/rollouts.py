@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import anyio
@@ -21,11 +21,14 @@ from ..core.rubrics import Rubric
 from ..core.settings import Settings
 from ..game import WorldFactory
 from ..policy.base import Policy
+from ..rollout.continuation import RolloutStart, start_of
 from ..rollout.control import RunStatus
 from ..rollout.engine import SHORT_ROLLOUT, RolloutEngine
 from ..rollout.plan import RolloutPlan, build_plan
 from ..rollout.registry import RunEntry, RunRegistry
 from ..rollout.result import DecisionRecord, RolloutResult, StopReason
+from ..sessions.env_spec import EnvSpec
+from ..sessions.manager import EnvSessions
 from ..tracing.recording import RolloutRows, TraceRecorder
 from ..tracing.trace import COMPACT
 from .metrics import Metrics
@@ -59,8 +62,10 @@ class RolloutService:
         offload: Offload,
         metrics: Metrics,
         rubrics: Mapping[str, Rubric] | None = None,
+        envs: EnvSessions | None = None,
     ) -> None:
         self.settings = settings
+        self.envs = envs  # env sessions and snapshots: where a rollout continues from, where it snapshots to
         self.rubrics = rubrics
         self.worlds = worlds
         self.registry = registry
@@ -90,6 +95,7 @@ class RolloutService:
         rows = self.recorder.rollout_rows(plan.run_id)
         self.metrics.started.inc()
         try:
+            plan, start = await self._start(plan)
             policy = self.policy_factory(plan, deadline)
             engine = RolloutEngine(
                 plan,
@@ -103,8 +109,10 @@ class RolloutService:
                 deadline=deadline,
                 on_record=self._on_record(rows),
                 rubrics=self.rubrics,
+                start=start,
             )
             result = await engine.run()
+            await self._snapshot(result)
             body = await self._finalise(result, rows)
             status = (
                 RunStatus.FAILED
@@ -127,6 +135,33 @@ class RolloutService:
             self.metrics.rollout_finished(result, status)
             if self.settings.rollout_log and result is not None:
                 log_rollout(result, status, entry.attempt, self.registry.fleet.instance)
+
+    async def _start(self, plan: RolloutPlan) -> tuple[RolloutPlan, RolloutStart | None]:
+        """The state `env.continue_from` names, and the plan on its world (seed, area, length)."""
+        if plan.continue_from is None:
+            return plan, None
+        envs = self._envs()
+        kind, name = plan.continue_from
+        if kind == "env_id":
+            spec, checkpoint = await envs.current(name)
+            start = RolloutStart(checkpoint)
+        else:
+            spec, checkpoint, carried = await envs.read_snapshot(name)
+            start = start_of(checkpoint, carried)
+        return replace(plan, seed=spec.seed, area=spec.area, length=spec.length), start
+
+    async def _snapshot(self, result: RolloutResult) -> None:
+        """`record.snapshot`: the rollout's last state stored as a snapshot (`final.snapshot_id`)."""
+        if result.end is None:
+            return
+        plan = result.plan
+        spec = EnvSpec(plan.env_name, plan.seed, plan.area, plan.length, plan.image_size, plan.training_session_id)
+        result.snapshot_id = await self._envs().save_snapshot(spec, result.end.checkpoint, result.end.carried)
+
+    def _envs(self) -> EnvSessions:
+        if self.envs is None:  # pragma: no cover - the app's lifespan always passes them
+            raise RuntimeError("this rollout service has no env sessions")
+        return self.envs
 
     def _on_record(self, rows: RolloutRows | None) -> Callable[[RolloutResult, DecisionRecord], None]:
         """Each decision as it is recorded: counted, its trace rows noted."""

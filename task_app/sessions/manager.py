@@ -228,11 +228,33 @@ class EnvSessions:
             return SnapshotInfo(snapshot_id, len(record), live.meta.rl_run_id, snapshot_key(snapshot_id))
 
     async def restore(self, snapshot_id: str) -> EnvView:
+        spec, checkpoint, _ = await self.read_snapshot(snapshot_id)
+        return await self.adopt(spec, checkpoint, snapshot_id)
+
+    async def read_snapshot(self, snapshot_id: str) -> tuple[EnvSpec, bytes, dict[str, Any]]:
+        """A snapshot's spec, checkpoint and what a rollout carried in it (`save_snapshot`; {} otherwise)."""
         raw = await self.store.get(snapshot_key(snapshot_id)) if valid_id(snapshot_id) else None
         if raw is None:
             raise NotFound(f"snapshot {snapshot_id!r} not found", code="snapshot_not_found", snapshot_id=snapshot_id)
         header, checkpoint = _split_snapshot(raw)
-        return await self.adopt(EnvSpec.from_dict(header["spec"]), checkpoint, snapshot_id)
+        carried = header.get("carried")
+        return EnvSpec.from_dict(header["spec"]), checkpoint, carried if isinstance(carried, dict) else {}
+
+    async def save_snapshot(self, spec: EnvSpec, checkpoint: bytes, carried: dict[str, Any]) -> str:
+        """A snapshot of a game held outside the store (a rollout's last state, `record.snapshot`), with
+        `carried` (JSON data of the rollout's) beside it; restored and continued like any other."""
+        snapshot_id = new_id()
+        header = {"v": 1, "source": None, "spec": spec.as_dict(), "created_at": self.store.clock(), "carried": carried}
+        await self.store.put(
+            snapshot_key(snapshot_id), dumps_bytes(header) + b"\n" + checkpoint, ttl_s=self.limits.ttl_s
+        )
+        return snapshot_id
+
+    async def current(self, env_id: str) -> tuple[EnvSpec, bytes]:
+        """The env's spec and a checkpoint of its current state; the env itself is not changed."""
+        async with self._acquire(env_id) as live:
+            await self._catch_up(live)
+            return await self._copy(live)
 
     async def adopt(self, spec: EnvSpec, checkpoint: bytes, parent: str | None) -> EnvView:
         """A new env that starts from `checkpoint` (`dump_game` of a game of `spec`, with its `Episode`

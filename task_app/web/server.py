@@ -111,7 +111,9 @@ async def _serving(app: FastAPI, settings: Settings, tasks: TaskCount) -> AsyncI
                 loop_lag = LoopLagProbe(settings.loop_lag_probe_s, metrics.registry)
                 loop_lag.start()
             policies = PolicyFactoryBuilder(settings, http)
-            service = RolloutService(settings, worlds, registry, policies.build, recorder, offload, metrics, rubrics)
+            service = RolloutService(
+                settings, worlds, registry, policies.build, recorder, offload, metrics, rubrics, sessions.envs
+            )
             submissions = Submissions(service, Callbacks(http, settings), metrics, app.state.handover)
             app.state.task_app = AppState(
                 settings=settings,

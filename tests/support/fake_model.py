@@ -7,7 +7,8 @@
 
 Each request takes the next scripted behaviour; when the script is empty, `model.default` answers
 (a `noop` tool call unless changed), or `model.responder(record)` if set. Behaviours: `tool_call`,
-`text`, `chat` (any assistant message), `json_body`, `raw` (e.g. malformed JSON), `error` (any
+`text`, `chat` (any assistant message), `aborted` (vLLM's answer to a request a weight update's
+pause cut), `json_body`, `raw` (e.g. malformed JSON), `error` (any
 status, optional Retry-After), `delay(seconds, then)`, `gated(event)` (answer once a test thread sets
 it), `hang()`, `huge(n_bytes)` (streamed), `drop()` (close the connection without answering) and
 `sse(events)` (a `stream: true` answer: server-sent `chat.completion.chunk` events, see `chunk`).
@@ -17,7 +18,7 @@ carry token data as that server documents it, for what the request asked (`logpr
 vLLM's `return_token_ids` / `return_tokens_as_token_ids`, SGLang's `return_prompt_token_ids`); the
 "openai" mode refuses vLLM's fields with a 400, as OpenAI does. The stand-in tokenizer (`fake_ids`)
 cuts the prompt (the JSON of the messages) and the completion into 4-character pieces. Every answer
-a `chat` behaviour sends is kept in `model.answers`.
+a `chat` behaviour sends is kept in `model.answers`; `model.answer_headers` go with each of them.
 
 conftest.py's fixtures: `fake_model_server` (one server per session) and `fake_model` (the same server,
 reset for each test).
@@ -82,6 +83,7 @@ class Exchange:
     stats: dict[str, int]
     tokens: str | None = None  # the token mode of the server (see the module docstring)
     answers: list[dict[str, Any]] | None = None  # the server's log of chat answers
+    answer_headers: dict[str, str] | None = None  # headers every chat answer carries (e.g. X-Policy-Version)
 
 
 Behaviour = Callable[[Exchange], Awaitable[None]]
@@ -169,7 +171,15 @@ def add_tokens(body: dict[str, Any], request: Any, mode: str) -> None:
     }
 
 
-def chat(message: dict[str, Any], *, finish_reason: str = "stop", usage: dict[str, Any] | None = None) -> Behaviour:
+def chat(
+    message: dict[str, Any],
+    *,
+    finish_reason: str = "stop",
+    usage: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Behaviour:
+    """An answer of one assistant message; `headers` go with it (over `model.answer_headers`)."""
+
     async def respond(ex: Exchange) -> None:
         body = completion(message, finish_reason=finish_reason, model=_model_of(ex.record), usage=usage)
         request = ex.record.body
@@ -186,7 +196,8 @@ def chat(message: dict[str, Any], *, finish_reason: str = "stop", usage: dict[st
             add_tokens(body, request, ex.tokens)
         if ex.answers is not None:
             ex.answers.append(body)
-        await JSONResponse(body)(ex.scope, ex.receive, ex.send)
+        sent = {**(ex.answer_headers or {}), **(headers or {})}
+        await JSONResponse(body, headers=sent or None)(ex.scope, ex.receive, ex.send)
 
     return respond
 
@@ -197,6 +208,7 @@ def tool_call(
     arguments: Any = None,
     as_string: bool = True,
     content: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> Behaviour:
     """An assistant message with one tool call; `arguments` overrides the default `{"actions": [...]}`."""
     args = {"actions": list(actions)} if arguments is None else arguments
@@ -205,11 +217,17 @@ def tool_call(
         "type": "function",
         "function": {"name": name, "arguments": json.dumps(args) if as_string else args},
     }
-    return chat({"role": "assistant", "content": content, "tool_calls": [call]}, finish_reason="tool_calls")
+    message = {"role": "assistant", "content": content, "tool_calls": [call]}
+    return chat(message, finish_reason="tool_calls", headers=headers)
 
 
 def text(content: str, *, finish_reason: str = "stop") -> Behaviour:
     return chat({"role": "assistant", "content": content}, finish_reason=finish_reason)
+
+
+def aborted() -> Behaviour:
+    """What vLLM answers for a request its `pause_generation(mode="abort")` cut: `finish_reason: "abort"`."""
+    return chat({"role": "assistant", "content": ""}, finish_reason="abort")
 
 
 def json_body(body: Any, *, status: int = 200, headers: dict[str, str] | None = None) -> Behaviour:
@@ -411,6 +429,7 @@ class FakeModel:
         self.stats: dict[str, int] = {}  # e.g. huge_bytes_sent: what the last `huge` answer managed to send
         self.tokens: str | None = None  # token mode: "vllm" | "sglang" | "openai" (module docstring)
         self.answers: list[dict[str, Any]] = []  # every answer a `chat` behaviour sent
+        self.answer_headers: dict[str, str] = {}  # sent with every `chat` answer, e.g. {"X-Policy-Version": "3"}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._server: uvicorn.Server | None = None
@@ -433,6 +452,7 @@ class FakeModel:
         self.default = tool_call("noop")
         self.tokens = None
         self.responder = None
+        self.answer_headers = {}
 
     @property
     def requests(self) -> list[Recorded]:
@@ -477,7 +497,9 @@ class FakeModel:
             headers=headers,
             raw=b"".join(chunks),
         )
-        exchange = Exchange(record, scope, receive, send, self._stopping, self.stats, self.tokens, self.answers)
+        exchange = Exchange(
+            record, scope, receive, send, self._stopping, self.stats, self.tokens, self.answers, self.answer_headers
+        )
         await self._next(record)(exchange)
 
     # --- lifecycle -------------------------------------------------------------------------------
