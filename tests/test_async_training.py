@@ -46,6 +46,11 @@ def rollout(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
+def excluded(answer: dict[str, Any]) -> tuple[bool, str | None]:
+    details = answer["metrics"]["details"]
+    return details["exclude"], details["failure_kind"]
+
+
 def metas(answer: dict[str, Any]) -> list[dict[str, Any]]:
     return [step["info"]["meta"] for step in answer["trajectories"][0]["steps"]]
 
@@ -96,7 +101,7 @@ def test_a_rollout_whose_versions_drift_past_the_lag_stops_with_what_it_has(
     assert details["policy_versions"] == [1, 2]
     assert details["error"]["class"] == "version_lag" and details["error"]["retryable"]
     assert "max_version_lag (2)" in details["error"]["message"]
-    assert (answer["exclude"], answer["failure_kind"]) == (True, "infra")
+    assert excluded(answer) == (True, "infra")
 
 
 @pytest.mark.e2e
@@ -132,7 +137,7 @@ def test_a_server_that_keeps_aborting_fails_the_rollout_as_infrastructure(
     details = answer["metrics"]["details"]
     assert details["stop_reason"] == "policy_error" and details["error"]["code"] == "inference_aborted"
     assert details["error"]["class"] == "model_unreachable" and details["error"]["retryable"]
-    assert (answer["exclude"], answer["failure_kind"]) == (True, "infra")
+    assert excluded(answer) == (True, "infra")
     assert len(fake_model.requests) == 2
 
 
@@ -198,7 +203,7 @@ def test_the_response_says_whether_to_exclude_it(
     fake_model.script(*script)
     answer = rollout(client, react(fake_model, 3 if len(script) == 3 else 1))
     assert answer["metrics"]["details"]["stop_reason"] == stop_reason
-    assert (answer["exclude"], answer["failure_kind"]) == flags
+    assert excluded(answer) == flags
 
 
 # --- continuation ----------------------------------------------------------------------------------

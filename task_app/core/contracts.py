@@ -172,8 +172,6 @@ class RolloutResponse(BaseModel):
     branches: dict[str, list[str]] = Field(default_factory=dict)
     metrics: RolloutMetrics
     aborted: bool = False
-    exclude: bool = False  # leave this sample out of training (rollout/failures.py, `exclusion`)
-    failure_kind: Literal["infra", "policy"] | None = None
     ops_executed: int = 0
     trace_correlation_id: str
     trace: dict[str, Any] | None = None

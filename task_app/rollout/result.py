@@ -253,6 +253,7 @@ class RolloutResult:
         error = self.failure()
         if error is not None:
             details["error"] = error
+        details["exclude"], details["failure_kind"] = exclusion(error)
         if scores is not None:
             details["rubrics"] = scores.details()
         if self.stepwise_summary is not None:
@@ -291,16 +292,12 @@ class RolloutResult:
             "inference_url": plan.inference_url or "",
             "decision_samples": self.decision_samples,
         }
-        metrics = self.metrics()
-        exclude, failure_kind = exclusion(metrics["details"].get("error"))
         return {
             "run_id": plan.run_id,
             "trajectories": [trajectory],
             "branches": {},
-            "metrics": metrics,
+            "metrics": self.metrics(),
             "aborted": self.aborted,
-            "exclude": exclude,
-            "failure_kind": failure_kind,
             "ops_executed": self.ops_executed,
             "trace_correlation_id": plan.trace_correlation_id,
             "trace": trace,
