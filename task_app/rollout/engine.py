@@ -128,11 +128,14 @@ class RolloutEngine:
             }
         finally:
             self.control.bind(None)
-            if self._game is not None:
-                if self.plan.record_snapshot:
-                    self.result.end = self._end(self._game)
-                self._game.close()
-                self._game = None
+            game, self._game = self._game, None
+            if game is not None and not self.plan.record_snapshot:
+                game.close()
+        if game is not None and self.plan.record_snapshot:  # the last state, written off the loop
+            try:
+                self.result.end = await self.offload(lambda: self._end(game))
+            finally:
+                game.close()
         if self.rubrics is not None:  # a long rollout's scores off the loop, a short one's on it
             rubrics = self.rubrics
             if len(self.result.records) <= SHORT_ROLLOUT:
