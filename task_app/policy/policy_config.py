@@ -46,6 +46,8 @@ class PolicyConfig(BaseModel):
     history: History = "summary"
     history_max_turns: StrictInt = Field(default=HISTORY_TURNS, ge=1, le=MAX_HISTORY_TURNS)
     history_max_bytes: StrictInt = Field(default=HISTORY_BYTES, ge=1024, le=MAX_HISTORY_BYTES)
+    # history "messages": send each answer's reasoning (`reasoning_content` / `reasoning`) back with it
+    history_reasoning: bool = False
 
     @field_validator("extra_body")
     @classmethod
