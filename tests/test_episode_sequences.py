@@ -22,6 +22,7 @@ from support.servers import AppServer
 
 from task_app.cli.main import main
 from task_app.core.contracts import RolloutResponse
+from task_app.policy.conversation import assistant_message
 from task_app.rollout.episode_sequences import Turn, episode_sequence
 
 pytestmark = pytest.mark.usefixtures("no_key_in_logs")
@@ -296,3 +297,23 @@ def test_info_says_what_token_data_the_app_returns(client: httpx.Client) -> None
     assert tokens["providers"]["custom"] == {"prompt_ids": True, "completion_ids": True, "logprobs": True}
     assert tokens["providers"]["groq"]["completion_ids"] is False
     assert tokens["event_scores"] == {"where": "info.event_scores"} and tokens["retokenized"] is False
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_reasoning_goes_back_under_the_servers_own_field_only_when_asked(field: str) -> None:
+    answer = {"role": "assistant", "content": "", field: "the table first", "tool_calls": []}
+    kept, _ = assistant_message(answer, 0, reasoning=True)
+    dropped, _ = assistant_message(answer, 0)
+    assert kept == {"role": "assistant", "content": "", field: "the table first"}
+    assert dropped == {"role": "assistant", "content": ""}
+
+
+@pytest.mark.e2e
+def test_export_episodes_goes_with_the_tokens_format(
+    app_server: AppServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(app_server.settings.traces_db)
+    out = tmp_path / "episodes.jsonl"
+    assert main(["traces", "--db", db, "export", "--format", "jsonl", "--episodes", "-o", str(out)]) == 2
+    assert "--episodes goes with --format tokens" in capsys.readouterr().err
+    assert not out.exists()
