@@ -167,6 +167,7 @@ def test_the_example_runs(example: Example, live_app: AppServer, fake_model: Fak
         code = code.replace(url, fake_model.base_url)
     fake_model.default = tool_call("move_left", "do")
     fake_model.tokens = "vllm"
+    fake_model.template = "reasoning"  # a chat template, as a real server renders one (episode sequences hold)
     if example.kind == "python":
         if missing := _missing_imports(code):
             pytest.skip(f"needs {', '.join(missing)}, not installed in this virtualenv")

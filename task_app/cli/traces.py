@@ -2,7 +2,7 @@
 
     task-app traces [--db PATH] list [--since 2h|7d|2025-01-31] [--min-achievements N] [--model M] [--limit N] [--json]
     task-app traces [--db PATH] show RUN_ID [--json] [--full]
-    task-app traces [--db PATH] export --format jsonl|openai-sft|tokens [filters] -o FILE
+    task-app traces [--db PATH] export --format jsonl|openai-sft|tokens [--episodes] [filters] -o FILE
 
 `--db` is a database or a folder of them read as one (every container's file, `trace_db.py`), opened
 read-only: the CLI never creates, migrates or writes a database, so it is safe to run against the file
@@ -15,6 +15,8 @@ Export formats, one line per LLM call:
   "tools": [interact_many], "parallel_tool_calls": false}`, only for usable answers that called
   `interact_many` with a JSON `actions` list. The store keeps image references, not image data, so image
   parts are dropped and the example keeps the text observation (the summary says how many).
+- `tokens`: the exact tokens of each call (tracing/token_records.py); with `--episodes`, one line per
+  episode instead: its token sequence, loss mask and logprobs (docs/episode-sequences.md).
 
 Sessions are read one at a time while the file is written (a worker thread streams records into
 `write_jsonl_atomic`), so exporting a large database needs memory for one session, not for all of them.
@@ -47,7 +49,7 @@ from ..game import TOOL_NAME
 from ..policy.prompts import tool_schema
 from ..tracing import sft_records_from_trace, write_jsonl_atomic
 from ..tracing.calls import IMAGE_REF
-from ..tracing.token_records import token_records_from_trace
+from ..tracing.token_records import episode_records_from_trace, token_records_from_trace
 from .trace_db import DB_HELP, CliError, db_path, print_error, reading
 
 EXIT_OK, EXIT_NOT_FOUND = 0, 1  # 2 is EXIT_USAGE (trace_db.py)
@@ -120,6 +122,9 @@ def add_traces_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPa
 
     export = actions.add_parser("export", parents=[db_option], help="write training records (one per LLM call)")
     export.add_argument("--format", choices=EXPORT_FORMATS, default=JSONL)
+    export.add_argument(
+        "--episodes", action="store_true", help="with --format tokens: one line per episode (its token sequence)"
+    )
     _add_filters(export)
     export.add_argument("-o", "--output", type=Path, required=True, help="JSONL file to write (replaced atomically)")
     export.set_defaults(run=partial(_run, main=_export_command))
@@ -340,6 +345,7 @@ class ExportStats:
     images_dropped: int = 0  # openai-sft: image parts the store does not keep
     without_tokens: int = 0  # tokens: answered calls recorded without exact tokens
     tokens_missing: int = 0  # tokens: records whose server sent no (or unusable) token data
+    inconsistent_episodes: int = 0  # tokens --episodes: episodes whose turns do not extend each other
 
 
 def _wire_tool_call(call: Mapping[str, Any], index: int) -> dict[str, Any]:
@@ -406,10 +412,13 @@ def openai_sft_example(record: Mapping[str, Any], stats: ExportStats) -> dict[st
 
 
 def export_records(
-    trace: Mapping[str, Any], fmt: str, model: str | None, stats: ExportStats
+    trace: Mapping[str, Any], fmt: str, model: str | None, stats: ExportStats, *, episodes: bool = False
 ) -> Iterator[dict[str, Any]]:
     """The export lines of one stored session."""
     stats.sessions += 1
+    if fmt == TOKENS and episodes:
+        yield from _episode_lines(trace, model, stats)
+        return
     if fmt == TOKENS:
         yield from _token_lines(trace, model, stats)
         return
@@ -435,6 +444,15 @@ def _token_lines(trace: Mapping[str, Any], model: str | None, stats: ExportStats
     stats.without_tokens += answered - kept
 
 
+def _episode_lines(trace: Mapping[str, Any], model: str | None, stats: ExportStats) -> Iterator[dict[str, Any]]:
+    for record in episode_records_from_trace(trace):
+        if model is not None and record.get("model") != model:
+            continue
+        stats.records += 1
+        stats.inconsistent_episodes += not record["prefix_consistent"]
+        yield record
+
+
 def _prepare_output(output: Path, databases: Sequence[Path]) -> None:
     if output.exists() and output.resolve() in {db.resolve() for db in databases}:
         raise CliError(f"refusing to overwrite the trace database {output} with the export")
@@ -448,6 +466,8 @@ def _prepare_output(output: Path, databases: Sequence[Path]) -> None:
 
 async def _export_command(args: argparse.Namespace, db: Path) -> int:
     output: Path = args.output
+    if args.episodes and args.format != TOKENS:
+        raise CliError("--episodes goes with --format tokens")
     stats = ExportStats()
     stderr = Console(stderr=True)
     async with reading(db) as store:
@@ -469,7 +489,7 @@ async def _export_command(args: argparse.Namespace, db: Path) -> int:
             for run_id in run_ids:
                 trace = anyio.from_thread.run(store.get_session, run_id)
                 if trace is not None:
-                    yield from export_records(trace, args.format, args.model, stats)
+                    yield from export_records(trace, args.format, args.model, stats, episodes=args.episodes)
                 progress.advance(task)
 
         with progress:
@@ -498,6 +518,11 @@ def _export_report(console: Console, output: Path, fmt: str, stats: ExportStats)
     if stats.tokens_missing:
         console.print(
             f"{stats.tokens_missing} record(s) say tokens_missing: true (their tokens_missing_reason says why).",
+            style="yellow",
+        )
+    if stats.inconsistent_episodes:
+        console.print(
+            f"{stats.inconsistent_episodes} episode(s) say prefix_consistent: false (their divergence says where).",
             style="yellow",
         )
     if stats.images_dropped:

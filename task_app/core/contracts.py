@@ -53,6 +53,11 @@ class PolicySpec(_Lenient):
 class RecordSpec(_Lenient):
     trajectories: bool = True
     logprobs: bool = False
+    tokens: Literal["decision", "episode"] | None = Field(
+        default=None,
+        description='"decision": exact tokens per decision (as logprobs: true); '
+        '"episode": also one token sequence per episode (docs/episode-sequences.md)',
+    )
     value: bool = False
     return_trace: bool = False
     trace_format: Literal["compact", "full", "structured"] = "compact"
@@ -148,6 +153,8 @@ class RolloutTrajectory(BaseModel):
     length: int
     inference_url: str  # the policy's chat-completions URL (with its ?cid=); empty when it calls no model
     decision_samples: list[dict[str, Any]] | None = None
+    # record.tokens "episode": one token sequence per episode (rollout/episode_sequences.py)
+    episode_sequences: list[dict[str, Any]] | None = None
 
 
 class RolloutMetrics(BaseModel):

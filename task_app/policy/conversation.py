@@ -10,8 +10,11 @@
 A turn is an answer and the prompt it answered. The result of an answer goes back as a `tool` message
 for each of its tool call ids (the first carries the text), or as a `user` message when the answer had
 no tool call (a text answer). Earlier answers are sent back as the model gave them, content and tool
-calls (reasoning is not sent back). An answer that never came (the server's reply was not JSON) leaves
-its prompt unanswered: the next prompt is appended to it, so roles still alternate.
+calls; their reasoning (the server's `reasoning_content` or `reasoning` field) only with
+`history_reasoning: true`, under the field name the server used, so that a chat template which
+renders earlier reasoning re-renders the turn as the model produced it (docs/episode-sequences.md).
+An answer that never came (the server's reply was not JSON) leaves its prompt unanswered: the next
+prompt is appended to it, so roles still alternate.
 
 Budget: when the request would hold more than `max_turns` earlier turns or more than `max_bytes` bytes
 of JSON messages, the oldest turns are dropped for good; the first kept prompt then opens the chat as
@@ -28,6 +31,7 @@ from typing import Any
 from ..core.json_codec import dumps, dumps_bytes
 
 DROPPED_NOTE = "({n} earlier turn(s) of this episode were dropped to fit the conversation budget.)"
+REASONING_FIELDS = ("reasoning_content", "reasoning")  # vLLM and SGLang name it either way
 
 
 @dataclass(slots=True)
@@ -61,11 +65,18 @@ def _size(message: Mapping[str, Any]) -> int:
     return len(dumps_bytes(message))
 
 
-def assistant_message(message: Mapping[str, Any], turn: int) -> tuple[dict[str, Any], list[str]]:
+def assistant_message(
+    message: Mapping[str, Any], turn: int, *, reasoning: bool = False
+) -> tuple[dict[str, Any], list[str]]:
     """The model's answer as it goes back into the chat: content and tool calls (ids and JSON-string
-    arguments filled in where the server left them out), and the call ids."""
+    arguments filled in where the server left them out), its reasoning with `reasoning`, and the call ids."""
     content = message.get("content")
     answer: dict[str, Any] = {"role": "assistant", "content": content if isinstance(content, str) else ""}
+    if reasoning:
+        for name in REASONING_FIELDS:
+            if isinstance(message.get(name), str):
+                answer[name] = message[name]
+                break
     calls, ids = [], []
     for index, call in enumerate(message.get("tool_calls") or []):
         function = call.get("function") if isinstance(call, Mapping) else None
@@ -105,6 +116,7 @@ class Conversation:
     system: str
     max_turns: int
     max_bytes: int
+    reasoning: bool = False  # send each answer's reasoning back (policy.config.history_reasoning)
     turns: list[_Turn] = field(default_factory=list)
     dropped: int = 0
     unanswered: str | None = None
@@ -156,7 +168,7 @@ class Conversation:
         """Record the model's answer to the last request (None: no answer came; its prompt stays open)."""
         if message is None or self.unanswered is None:
             return
-        answer, ids = assistant_message(message, self.answers)
+        answer, ids = assistant_message(message, self.answers, reasoning=self.reasoning)
         self.answers += 1
         prompt = self.unanswered
         size = _size(answer) + _size({"role": "tool", "content": prompt})

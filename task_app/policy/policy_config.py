@@ -50,6 +50,8 @@ class PolicyConfig(BaseModel):
     # rollout's decisions may be before it stops (stop_reason "version_lag")
     policy_version: StrictInt | None = Field(default=None, ge=0)
     max_version_lag: StrictInt | None = Field(default=None, ge=0)
+    # history "messages": send each answer's reasoning (`reasoning_content` / `reasoning`) back with it
+    history_reasoning: bool = False
 
     @field_validator("extra_body")
     @classmethod

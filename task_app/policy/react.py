@@ -317,7 +317,12 @@ class ReactPolicy:
         self.tool = tool_schema(max_actions)
         self.tokens_unavailable = unavailable_reason(target.provider, self.model) if config.logprobs else None
         self.conversation = (
-            Conversation(system_prompt(max_actions), config.history_max_turns, config.history_max_bytes)
+            Conversation(
+                system_prompt(max_actions),
+                config.history_max_turns,
+                config.history_max_bytes,
+                reasoning=config.history_reasoning,
+            )
             if config.history == "messages"
             else None
         )

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .providers import PROVIDER_GROQ, PROVIDER_OPENAI, is_reasoning_model
+from .providers import PROVIDER_CUSTOM, PROVIDER_GROQ, PROVIDER_OPENAI, is_reasoning_model
 
 MAX_TOKEN_IDS = 1 << 20  # a list longer than this (~1M tokens) is not an answer we keep
 _EXCERPT_CHARS = 40  # how much of a bad value a reason quotes
@@ -43,6 +43,14 @@ SELF_HOSTED_FIELDS: dict[str, Any] = {
     "return_tokens_as_token_ids": True,
 }
 OPENAI_FIELDS: dict[str, Any] = {"logprobs": True, "top_logprobs": 0}
+
+
+# What each provider's answers carry (`/info`'s `tokens.providers`): ids make episode sequences possible.
+PROVIDER_TOKENS: dict[str, dict[str, Any]] = {
+    PROVIDER_CUSTOM: {"prompt_ids": True, "completion_ids": True, "logprobs": True},
+    PROVIDER_OPENAI: {"prompt_ids": False, "completion_ids": False, "logprobs": "not for reasoning models"},
+    PROVIDER_GROQ: {"prompt_ids": False, "completion_ids": False, "logprobs": False},
+}
 
 
 def request_fields(provider: str, model: str) -> dict[str, Any]:

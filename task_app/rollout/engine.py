@@ -37,9 +37,11 @@ from ..game.compact_text import observation_text
 from ..policy.base import HistoryEntry, Policy, PolicyDecision, PolicyError
 from .continuation import RolloutEnd, RolloutStart, carried
 from .control import RunControl
+from .episode_sequences import rollout_sequences
 from .plan import AGENT, RolloutPlan
 from .result import DecisionRecord, EpisodeSummary, RolloutResult, StopReason
-from .rubric_scores import score_rollout
+from .rubric_scores import decision_event_scores, score_rollout
+from .scores import EVENTS
 from .step_rewards import StepRewardShaper
 
 logger = logging.getLogger(__name__)
@@ -142,6 +144,11 @@ class RolloutEngine:
                 self.result.rubric_scores = score_rollout(self.result, rubrics)
             else:
                 self.result.rubric_scores = await self.offload(lambda: score_rollout(self.result, rubrics))
+        if self.plan.record_episodes:  # the same rule: a long rollout's sequences are built off the loop
+            if len(self.result.records) <= SHORT_ROLLOUT:
+                self.result.episode_sequences = rollout_sequences(self.result)
+            else:
+                self.result.episode_sequences = await self.offload(lambda: rollout_sequences(self.result))
         return self._finish()
 
     # --- guards ---------------------------------------------------------------------------------
@@ -270,6 +277,8 @@ class RolloutEngine:
         )
         if self.shaper is not None:
             record.stepwise = self.shaper.score(record.index, outcome, outcome.actions)
+        if self.rubrics is not None:
+            record.event_scores = decision_event_scores(record, self.rubrics[EVENTS])
         self._sample(record)
         self.result.records.append(record)
         if self.on_record is not None:

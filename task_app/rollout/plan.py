@@ -79,6 +79,7 @@ class RolloutPlan:
     return_trace: bool
     trace_format: str
     record_trajectories: bool
+    record_episodes: bool  # record.tokens "episode": one token sequence per episode (episode_sequences.py)
     training_session_id: str | None
     synth_base_url: str | None
     alias_applied: bool
@@ -199,7 +200,7 @@ def check_outbound_url(
 
 def _policy_options(policy: PolicyConfig, request: RolloutRequest, settings: Settings) -> PolicyConfig:
     """extra_body goes only to the trainer's own server; the conversation mode is text-only;
-    `record.logprobs` turns exact tokens on."""
+    `record.logprobs` or `record.tokens` turns exact tokens on."""
     if policy.extra_body:
         vendor = (
             policy.provider
@@ -217,7 +218,13 @@ def _policy_options(policy: PolicyConfig, request: RolloutRequest, settings: Set
             'policy.config.history "messages" is text-only; it cannot be combined with use_vision or image_only_mode',
             code="invalid_policy_config",
         )
-    return policy.model_copy(update={"logprobs": True}) if request.record.logprobs else policy
+    if policy.history_reasoning and policy.history != "messages":
+        raise InvalidRequest(
+            'policy.config.history_reasoning sends reasoning back in the conversation: it needs history "messages"',
+            code="invalid_policy_config",
+        )
+    record = request.record
+    return policy.model_copy(update={"logprobs": True}) if record.logprobs or record.tokens else policy
 
 
 def trace_correlation_id(config: PolicyConfig, mode: str, run_id: str) -> str:
@@ -397,6 +404,7 @@ def build_plan(request: RolloutRequest, settings: Settings) -> RolloutPlan:
         return_trace=request.record.return_trace,
         trace_format=request.record.trace_format,
         record_trajectories=request.record.trajectories,
+        record_episodes=request.record.tokens == "episode",
         training_session_id=request.training_session_id,
         synth_base_url=request.synth_base_url,
         alias_applied=alias_applied,

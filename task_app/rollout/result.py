@@ -58,6 +58,8 @@ class DecisionRecord:
     finished_at: datetime
     env_ms: float
     stepwise: StepwiseResult | None = None
+    event_values: dict[str, float] | None = None  # each event criterion's value (rubric_scores.py)
+    event_scores: dict[str, Any] | None = None  # the step's info.event_scores: the event rubric over this decision
 
     @property
     def reward(self) -> float | None:
@@ -95,6 +97,8 @@ class DecisionRecord:
         if self.stepwise is not None:
             meta["decision_rewards"] = self.stepwise.decision_rewards
             info["stepwise"] = self.stepwise.info
+        if self.event_scores is not None:
+            info["event_scores"] = self.event_scores
         return info
 
     @property
@@ -183,6 +187,7 @@ class RolloutResult:
     policy_versions: set[int] = field(default_factory=set)  # of the decisions played (policy/versions.py)
     end: RolloutEnd | None = None  # the last state, with `record.snapshot` (rollout/continuation.py)
     snapshot_id: str | None = None  # where the service stored `end`
+    episode_sequences: list[dict[str, Any]] | None = None  # record.tokens "episode" (episode_sequences.py)
 
     @property
     def aborted(self) -> bool:
@@ -292,6 +297,8 @@ class RolloutResult:
             "inference_url": plan.inference_url or "",
             "decision_samples": self.decision_samples,
         }
+        if self.episode_sequences is not None:
+            trajectory["episode_sequences"] = self.episode_sequences
         return {
             "run_id": plan.run_id,
             "trajectories": [trajectory],

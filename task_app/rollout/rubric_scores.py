@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import fmean
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import crafter.constants
 
@@ -248,9 +248,22 @@ def outcome_values(view: EpisodeView) -> dict[str, float]:
     return {name: criterion(view) for name, criterion in OUTCOME_CRITERIA.items()}
 
 
+def decision_event_values(record: DecisionRecord) -> dict[str, float]:
+    """Each event criterion's value for one decision."""
+    return {name: criterion(record) for name, criterion in EVENT_CRITERIA.items()}
+
+
+def decision_event_scores(record: DecisionRecord, rubric: Rubric) -> dict[str, Any]:
+    """A decision's step `info.event_scores`: the event rubric over this decision alone. Its values are
+    kept on the record (`event_values`), so the episode's means do not compute them again."""
+    record.event_values = decision_event_values(record)
+    return aggregate(rubric, record.event_values).as_dict(rubric.version)
+
+
 def event_values(records: Sequence[DecisionRecord]) -> dict[str, float]:
     """Each event criterion's mean over the decisions."""
-    return {name: fmean(criterion(record) for record in records) for name, criterion in EVENT_CRITERIA.items()}
+    values = [record.event_values or decision_event_values(record) for record in records]
+    return {name: fmean(value[name] for value in values) for name in EVENT_CRITERIA}
 
 
 def _mean_score(scores: Sequence[RubricScore], rubric: Rubric) -> RubricScore:

@@ -12,6 +12,7 @@ from ..core.settings import Settings
 from ..core.tasks import Task, Tasks
 from ..core.version import app_version
 from ..game import ACTIONS, TOOL_NAME, WorldFactory, WorldTraits, world_traits
+from ..policy.sampled_tokens import PROVIDER_TOKENS
 
 TASK = {"id": "crafter_classic", "name": "Crafter Classic", "description": None, "version": "1.0.0"}
 DATASET = {
@@ -37,6 +38,22 @@ OBSERVATION_KEYS = [
     "truncated",
     "text",
 ]
+
+
+def token_support() -> dict[str, Any]:
+    """`/info`'s `inference.tokens`: the token data a rollout can return, how to ask, which providers give ids."""
+    return {
+        "per_decision": {"request": 'record.tokens: "decision" (or record.logprobs: true)', "where": "info.tokens"},
+        "episode_sequences": {
+            "request": 'record.tokens: "episode"',
+            "where": "trajectories[].episode_sequences",
+            "fields": ["input_ids", "loss_mask", "logprobs", "turns", "prefix_consistent", "divergence"],
+            "history_reasoning": True,
+        },
+        "event_scores": {"where": "info.event_scores"},
+        "providers": {name: dict(fields) for name, fields in PROVIDER_TOKENS.items()},
+        "retokenized": False,
+    }
 
 
 class TraitsCache:
@@ -81,6 +98,7 @@ class Taskset:
             "supports_proxy": True,
             "endpoints": dict(PROXY_ENDPOINTS),
             "tool": {"name": TOOL_NAME, "parallel_tool_calls": False},
+            "tokens": token_support(),  # under `inference`: /info's top-level keys are the old system's
         }
 
     def limits(self) -> dict[str, Any]:

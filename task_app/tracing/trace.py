@@ -106,6 +106,7 @@ def _session_details(result: RolloutResult, trace_format: str) -> dict[str, Any]
         "stepwise": result.stepwise_summary,
         "error": result.failure(),
         "rubrics": result.rubric_scores.details() if result.rubric_scores is not None else None,
+        **({"episode_sequences": result.episode_sequences} if result.episode_sequences is not None else {}),
     }
 
 

@@ -20,6 +20,12 @@ vLLM's `return_token_ids` / `return_tokens_as_token_ids`, SGLang's `return_promp
 cuts the prompt (the JSON of the messages) and the completion into 4-character pieces. Every answer
 a `chat` behaviour sends is kept in `model.answers`; `model.answer_headers` go with each of them.
 
+Chat templates (`model.template = "reasoning" | "no-reasoning"`, with a token mode): the prompt ids are
+rendered message by message (`template_prompt_ids`), and the completion ids are the answer as the
+template renders an assistant message (reasoning first, as `<think>...</think>`) plus `<|im_end|>`, so
+a conversation that sends answers back as given extends its previous prompt token for token; the
+"no-reasoning" template drops earlier answers' reasoning, which breaks that.
+
 conftest.py's fixtures: `fake_model_server` (one server per session) and `fake_model` (the same server,
 reset for each test).
 """
@@ -84,6 +90,7 @@ class Exchange:
     tokens: str | None = None  # the token mode of the server (see the module docstring)
     answers: list[dict[str, Any]] | None = None  # the server's log of chat answers
     answer_headers: dict[str, str] | None = None  # headers every chat answer carries (e.g. X-Policy-Version)
+    template: str | None = None  # the chat template of the token modes (see the module docstring)
 
 
 Behaviour = Callable[[Exchange], Awaitable[None]]
@@ -91,6 +98,8 @@ TOKEN_MODES = ("vllm", "sglang", "openai")
 PIECE_CHARS = 4
 VOCAB = 151_936  # a Qwen-sized vocabulary
 VLLM_ONLY_FIELDS = ("return_token_ids", "return_tokens_as_token_ids", "return_prompt_token_ids")
+IM_START, IM_END = 151644, 151645  # the stand-in template's special tokens (Qwen's ids)
+TEMPLATES = ("reasoning", "no-reasoning")
 _ids = itertools.count(1)
 
 
@@ -138,13 +147,54 @@ def completion_text(message: dict[str, Any]) -> str:
     return content + (json.dumps(calls) if calls else "")
 
 
-def add_tokens(body: dict[str, Any], request: Any, mode: str) -> None:
-    """Put token data into `body` as server `mode` would for `request`."""
+def _segment(role: str, body: list[int]) -> list[int]:
+    return [IM_START, *fake_ids(role + "\n"), *body, IM_END]
+
+
+def assistant_ids(message: dict[str, Any], *, reasoning: bool = True) -> list[int]:
+    """An assistant message as the chat template renders it, and as the stand-in model generates it:
+    `<think>reasoning</think>` (with `reasoning`), the content, each tool call as `<tool_call>{json}</tool_call>`."""
+    thought = message.get("reasoning_content", message.get("reasoning"))
+    text = f"<think>{thought}</think>" if reasoning and isinstance(thought, str) else ""
+    text += message["content"] if isinstance(message.get("content"), str) else ""
+    for call in message.get("tool_calls") or []:
+        function = call["function"]
+        arguments = function["arguments"]
+        parsed = json.loads(arguments) if isinstance(arguments, str) else arguments
+        text += "<tool_call>" + json.dumps({"name": function["name"], "arguments": parsed}) + "</tool_call>"
+    return fake_ids(text)
+
+
+def template_prompt_ids(request: dict[str, Any], template: str) -> list[int]:
+    """The prompt ids of a chat template (`TEMPLATES`): each message `<|im_start|>role\n body <|im_end|>`, the
+    tools after the system text, then the generation prompt. "reasoning" renders earlier answers' reasoning
+    back, "no-reasoning" drops it (as templates that strip earlier thinking do)."""
+    ids: list[int] = []
+    for message in request.get("messages") or []:
+        role = str(message.get("role"))
+        if role == "assistant":
+            ids += _segment(role, assistant_ids(message, reasoning=template == "reasoning"))
+            continue
+        content = message.get("content")
+        text = content if isinstance(content, str) else json.dumps(content)
+        if role == "system" and request.get("tools"):
+            text += json.dumps(request["tools"])
+        ids += _segment(role, fake_ids(text))
+    return [*ids, IM_START, *fake_ids("assistant\n")]
+
+
+def add_tokens(body: dict[str, Any], request: Any, mode: str, template: str | None = None) -> None:
+    """Put token data into `body` as server `mode` would for `request` (rendered by `template`, if any)."""
     request = request if isinstance(request, dict) else {}
     choice = body["choices"][0]
-    prompt = json.dumps(request.get("messages"))
-    generated = completion_text(choice["message"])
-    ids = fake_ids(generated)
+    if template is None:
+        prompt_ids = fake_ids(json.dumps(request.get("messages")))
+        generated = completion_text(choice["message"])
+        ids, texts = fake_ids(generated), pieces(generated)
+    else:
+        prompt_ids = template_prompt_ids(request, template)
+        ids = [*assistant_ids(choice["message"]), IM_END]
+        texts = [f"<{token_id}>" for token_id in ids]
     if request.get("logprobs"):
         spelled = mode == "vllm" and request.get("return_tokens_as_token_ids")
         choice["logprobs"] = {
@@ -155,19 +205,19 @@ def add_tokens(body: dict[str, Any], request: Any, mode: str) -> None:
                     "bytes": list(piece.encode()),
                     "top_logprobs": [],
                 }
-                for piece, token_id in zip(pieces(generated), ids, strict=True)
+                for piece, token_id in zip(texts, ids, strict=True)
             ]
         }
     if mode in ("vllm", "sglang") and request.get("return_token_ids"):
         choice["token_ids"] = ids
     if mode == "vllm" and request.get("return_token_ids"):
-        body["prompt_token_ids"] = fake_ids(prompt)
+        body["prompt_token_ids"] = prompt_ids
     if mode == "sglang" and request.get("return_prompt_token_ids"):
-        choice["prompt_token_ids"] = fake_ids(prompt)
+        choice["prompt_token_ids"] = prompt_ids
     body["usage"] = {
-        "prompt_tokens": len(fake_ids(prompt)),
+        "prompt_tokens": len(prompt_ids),
         "completion_tokens": len(ids),
-        "total_tokens": len(fake_ids(prompt)) + len(ids),
+        "total_tokens": len(prompt_ids) + len(ids),
     }
 
 
@@ -193,7 +243,7 @@ def chat(
                 await JSONResponse({"error": refusal}, status_code=400)(ex.scope, ex.receive, ex.send)
                 return
         if ex.tokens is not None:
-            add_tokens(body, request, ex.tokens)
+            add_tokens(body, request, ex.tokens, ex.template)
         if ex.answers is not None:
             ex.answers.append(body)
         sent = {**(ex.answer_headers or {}), **(headers or {})}
@@ -209,15 +259,20 @@ def tool_call(
     as_string: bool = True,
     content: str | None = None,
     headers: dict[str, str] | None = None,
+    reasoning: str | None = None,
+    reasoning_field: str = "reasoning_content",
 ) -> Behaviour:
-    """An assistant message with one tool call; `arguments` overrides the default `{"actions": [...]}`."""
+    """An assistant message with one tool call; `arguments` overrides the default `{"actions": [...]}`;
+    `reasoning` goes in `reasoning_field` (vLLM's `reasoning_content`, or `reasoning`)."""
     args = {"actions": list(actions)} if arguments is None else arguments
     call = {
         "id": f"call_{next(_ids)}",
         "type": "function",
         "function": {"name": name, "arguments": json.dumps(args) if as_string else args},
     }
-    message = {"role": "assistant", "content": content, "tool_calls": [call]}
+    message: dict[str, Any] = {"role": "assistant", "content": content, "tool_calls": [call]}
+    if reasoning is not None:
+        message[reasoning_field] = reasoning
     return chat(message, finish_reason="tool_calls", headers=headers)
 
 
@@ -428,6 +483,7 @@ class FakeModel:
         self._records: list[Recorded] = []
         self.stats: dict[str, int] = {}  # e.g. huge_bytes_sent: what the last `huge` answer managed to send
         self.tokens: str | None = None  # token mode: "vllm" | "sglang" | "openai" (module docstring)
+        self.template: str | None = None  # token modes' chat template: "reasoning" | "no-reasoning" | None
         self.answers: list[dict[str, Any]] = []  # every answer a `chat` behaviour sent
         self.answer_headers: dict[str, str] = {}  # sent with every `chat` answer, e.g. {"X-Policy-Version": "3"}
         self._lock = threading.Lock()
@@ -451,6 +507,7 @@ class FakeModel:
             self.answers.clear()
         self.default = tool_call("noop")
         self.tokens = None
+        self.template = None
         self.responder = None
         self.answer_headers = {}
 
@@ -499,6 +556,7 @@ class FakeModel:
         )
         exchange = Exchange(
             record, scope, receive, send, self._stopping, self.stats, self.tokens, self.answers, self.answer_headers
+            record, scope, receive, send, self._stopping, self.stats, self.tokens, self.answers, self.template
         )
         await self._next(record)(exchange)
 
