@@ -43,10 +43,12 @@ class CrafterObservation(Observation):
     text: str = ""
     inventory: dict[str, int] = Field(default_factory=dict)
     achievements_status: dict[str, bool] = Field(default_factory=dict)
+    achievements_counts: dict[str, int] = Field(default_factory=dict)
     player_position: list[int] = Field(default_factory=list)
     player_direction: list[int] = Field(default_factory=list)
     semantic_map_patch7: list[list[int]] = Field(default_factory=list)
     num_steps_taken: int = 0
+    max_steps_episode: int = 0
     terminated: bool = False
     truncated: bool = False
 
