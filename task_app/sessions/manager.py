@@ -392,9 +392,9 @@ class EnvSessions:
         data = dumps_bytes(entry)
         for _ in range(MAX_CLAIM_ATTEMPTS):
             if await self.store.put_if_absent(log_key(live.env_id, live.head), data):
-                if entry["op"] == STEP:  # on the loop: a step costs less than a thread's round trip
+                if entry["op"] == STEP and live.meta.image_size is None:  # on the loop: cheaper than a handoff
                     result = self._apply(live, entry)
-                else:  # a reset may generate a world (milliseconds): a worker thread's
+                else:  # a reset may generate a world, a frame takes a PNG encoding (milliseconds): a thread's
                     result = await self.offload(lambda: self._apply(live, entry))
                 live.head += 1
                 await self._checkpoint(live)
