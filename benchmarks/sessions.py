@@ -277,7 +277,8 @@ def peer_python() -> tuple[str, str | None]:
     except OSError as exc:
         return python, f"{python}: {exc}"
     if done.returncode:
-        return python, f"{python} cannot import openenv ({done.stderr.strip().splitlines()[-1:]})"
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return python, f"{python} cannot import openenv ({last})"
     return python, None
 
 
