@@ -129,12 +129,12 @@ def environment() -> dict[str, str]:
     return keep
 
 
-def _start(name: str, module: str, args: list[str]) -> Served:
+def _start(name: str, module: str, args: list[str], python: str = sys.executable) -> Served:
     LOG_DIR.mkdir(parents=True, exist_ok=True)
     log_path = LOG_DIR / f"{name}.log"
     log = log_path.open("a")
     process = subprocess.Popen(
-        [sys.executable, "-m", module, *args],
+        [python, "-m", module, *args],
         stdout=subprocess.PIPE,
         stderr=log,
         stdin=subprocess.DEVNULL,
@@ -208,6 +208,19 @@ def app_server(*, traces_dir: Path | None = None, processes: int = 1, **override
                 yield served
         finally:
             _stop(served)
+
+
+@contextmanager
+def peer_server(python: str) -> Iterator[Served]:
+    """Crafter served by OpenEnv's own server (`benchmarks.peer_openenv`), run by `python` (a virtualenv
+    with openenv: it cannot live in the dev one)."""
+    served = _start("peer_openenv", "benchmarks.peer_openenv", [], python=python)
+    try:
+        _wait_ready(served, "/health")
+        with _profiled(served):
+            yield served
+    finally:
+        _stop(served)
 
 
 def health_by_process(url: str, processes: int) -> dict[int, dict[str, Any]]:

@@ -10,6 +10,9 @@
     WebSocket    OpenEnv steps per second over one connection, and over 8 at once
     memory       RSS per live env in the server (200 envs created and stepped)
     store bytes  per env (after create and after 100 steps), per log entry, per snapshot (keys included)
+    peer         the same WebSocket (8 connections) and HTTP /step phases against crafter served by OpenEnv's
+                 own server (benchmarks/peer_openenv.py, run by `OPENENV_PYTHON`), beside the app's in one
+                 run; skipped, with the reason printed, when that interpreter cannot import openenv
 
 Server-side figures come from an app server process (benchmarks/app_server.py); the rebuild and the
 bytes are measured in this process on the same store classes the server uses.
@@ -19,7 +22,10 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,7 +44,7 @@ from task_app.store.modal_dict import ModalDictStore
 from task_app.store.sqlite import SqliteStore
 
 from .client import HEADERS
-from .processes import Served, app_server
+from .processes import Served, app_server, peer_server
 from .report import Figure
 
 BENCH = "B6"
@@ -125,10 +131,12 @@ def _step_figures(repetitions: int, quick: bool) -> list[Figure]:
     for backend in ("memory", "sqlite"):
         for clients, steps in ((1, 300 if quick else 1000), (64, 20 if quick else 60)):
             where = f"{clients} client{'s' if clients > 1 else ''}, {backend}"
-            cpu = _figure(f"cpu_{backend}_{clients}", f"/step server CPU, {where}", "ms")
+            cpu_target = ("<=", 0.6) if backend == "sqlite" else None  # issue 35: <= 3x the floor
+            cpu = _figure(f"cpu_{backend}_{clients}", f"/step server CPU, {where}", "ms", target=cpu_target)
             ratio = _figure(f"cpu_ratio_{backend}_{clients}", f"/step server CPU / floor, {where}", "x")
             p50 = _figure(f"p50_{backend}_{clients}", f"/step latency p50, {where}", "ms")
-            p99 = _figure(f"p99_{backend}_{clients}", f"/step latency p99, {where}", "ms")
+            p99_target = ("<=", 20.0) if clients == 64 else None
+            p99 = _figure(f"p99_{backend}_{clients}", f"/step latency p99, {where}", "ms", target=p99_target)
             for _ in range(repetitions):
                 with tempfile.TemporaryDirectory(prefix="bench-state-") as directory:
                     spec = "memory" if backend == "memory" else f"sqlite:{Path(directory) / 'state.db'}"
@@ -245,8 +253,8 @@ async def _live_env_bytes(app: Served, envs: int) -> float:
 
 def _server_figures(repetitions: int, quick: bool) -> list[Figure]:
     one = _figure("ws_steps_1", "WebSocket steps per second, 1 connection", "/s", digits=0)
-    eight = _figure("ws_steps_8", "WebSocket steps per second, 8 connections", "/s", digits=0)
-    ws_cpu = _figure("ws_cpu", "WebSocket step server CPU, 8 connections", "ms")
+    eight = _figure("ws_steps_8", "WebSocket steps per second, 8 connections", "/s", digits=0, target=(">=", 4000))
+    ws_cpu = _figure("ws_cpu", "WebSocket step server CPU, 8 connections", "ms", target=("<=", 0.25))
     memory = _figure("live_env_mb", "RSS per live env (200 envs)", "MB", digits=3)
     steps = 300 if quick else 2000
     for _ in range(repetitions):
@@ -258,6 +266,103 @@ def _server_figures(repetitions: int, quick: bool) -> list[Figure]:
             anyio.run(_live_env_bytes, app, 8)  # the 8 worlds generated before RSS is measured (B2 times that)
             memory.values.append(anyio.run(_live_env_bytes, app, 200) / MB)
     return [one, eight, ws_cpu, memory]
+
+
+def peer_python() -> tuple[str, str | None]:
+    """The interpreter that serves the peer (`OPENENV_PYTHON`, default this one), and why it cannot (or None)."""
+    python = os.environ.get("OPENENV_PYTHON") or sys.executable
+    check = [python, "-c", "import openenv.core.env_server"]
+    try:
+        done = subprocess.run(check, capture_output=True, text=True, timeout=120, check=False)
+    except OSError as exc:
+        return python, f"{python}: {exc}"
+    if done.returncode:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return python, f"{python} cannot import openenv ({last})"
+    return python, None
+
+
+async def _http_steps(app: Served, url: str, body: dict[str, Any], steps: int) -> tuple[float, float]:
+    """One client posting `body` to `url` `steps` times: steps per second and the server's CPU per step (ms)."""
+    async with _session(1) as http:
+        await _post(http, url, body)  # warm
+        started, cpu = time.perf_counter(), app.cpu_s()
+        for _ in range(steps):
+            await _post(http, url, body)
+        return steps / (time.perf_counter() - started), (app.cpu_s() - cpu) / steps * 1000
+
+
+async def _ws_steps(app: Served, url: str, connections: int, steps: int) -> tuple[float, float]:
+    """Steps per second over `connections` OpenEnv WebSockets at `url`, and the server's CPU per step (ms)."""
+
+    async def one() -> None:
+        async with connect(url, max_size=None) as socket:
+            await socket.send(orjson.dumps({"type": "reset", "data": {"seed": 1}}).decode())
+            await socket.recv()
+            for index in range(steps):
+                actions = ["move_left"] if index % 2 else ["noop"]
+                await socket.send(orjson.dumps({"type": "step", "data": {"actions": actions}}).decode())
+                reply = orjson.loads(await socket.recv())
+                if reply["data"]["done"]:
+                    await socket.send(orjson.dumps({"type": "reset", "data": {}}).decode())
+                    await socket.recv()
+
+    started, cpu = time.perf_counter(), app.cpu_s()
+    await asyncio.gather(*(one() for _ in range(connections)))
+    total = connections * steps
+    return total / (time.perf_counter() - started), (app.cpu_s() - cpu) / total * 1000
+
+
+async def _ours(app: Served, connections: int, steps: int) -> tuple[float, float, float, float]:
+    async with _session(1) as http:
+        token = await _post(http, app.url + "/openenv/tokens", {})
+        env_id = (await _post(http, app.url + "/create", {"env_name": "crafter", "seed": 1}))["env_id"]
+    ws = await _ws_steps(app, token["base_url"].replace("http://", "ws://") + "/ws", connections, steps)
+    body = {"env_id": env_id, "tool_calls": NOOP}
+    return (*ws, *await _http_steps(app, app.url + "/step", body, steps))
+
+
+async def _theirs(peer: Served, connections: int, steps: int) -> tuple[float, float, float, float]:
+    ws = await _ws_steps(peer, peer.url.replace("http://", "ws://") + "/ws", connections, steps)
+    body = {"action": {"actions": ["noop"]}}
+    return (*ws, *await _http_steps(peer, peer.url + "/step", body, steps))
+
+
+def _peer_figures(repetitions: int, quick: bool) -> list[Figure]:
+    python, missing = peer_python()
+    if missing is not None:
+        print(f"B6 peer skipped: {missing}; set OPENENV_PYTHON to a virtualenv with openenv (docs/performance.md)")
+        return []
+    names = ("ws_steps", "ws_cpu", "http_steps", "http_cpu")
+    labels = (
+        ("WebSocket steps per second, 8 connections", "/s", 0),
+        ("WebSocket step server CPU, 8 connections", "ms", 2),
+        ("HTTP step per second, 1 client", "/s", 0),
+        ("HTTP step server CPU, 1 client", "ms", 2),
+    )
+    ours = [
+        _figure(f"peer_ours_{name}", f"{label} (app)", unit, digits=digits)
+        for name, (label, unit, digits) in zip(names, labels, strict=True)
+    ]
+    theirs = [
+        _figure(f"peer_openenv_{name}", f"{label} (OpenEnv's server)", unit, digits=digits)
+        for name, (label, unit, digits) in zip(names, labels, strict=True)
+    ]
+    ratios = [
+        _figure("peer_ratio_ws_steps", "WebSocket steps/s: app / OpenEnv's server", "x", target=(">=", 2.0)),
+        _figure("peer_ratio_http_steps", "HTTP steps/s: app / OpenEnv's server", "x", target=(">=", 2.0)),
+    ]
+    connections, steps = 8, 100 if quick else 500
+    for _ in range(repetitions):
+        with app_server(tracing_enabled=False, sessions_rate_per_s=1e6) as app:
+            for figure, value in zip(ours, anyio.run(_ours, app, connections, steps), strict=True):
+                figure.values.append(value)
+        with peer_server(python) as peer:
+            for figure, value in zip(theirs, anyio.run(_theirs, peer, connections, steps), strict=True):
+                figure.values.append(value)
+        ratios[0].values.append(ours[0].values[-1] / theirs[0].values[-1])
+        ratios[1].values.append(ours[2].values[-1] / theirs[2].values[-1])
+    return [*ours, *theirs, *ratios]
 
 
 def _bytes_figures(quick: bool) -> list[Figure]:
@@ -302,4 +407,5 @@ def run(repetitions: int, quick: bool) -> list[Figure]:
         *_rebuild_figures(repetitions, quick),
         *_server_figures(repetitions, quick),
         *_bytes_figures(quick),
+        *_peer_figures(repetitions, quick),
     ]

@@ -196,14 +196,15 @@ async def test_requests_per_env_are_rate_limited(worlds: WorldFactory) -> None:
 async def test_live_envs_in_use_are_never_evicted(worlds: WorldFactory) -> None:
     release, entered, hold = anyio.Event(), anyio.Event(), [False]
 
-    async def slow_offload(fn: Callable[[], Any]) -> Any:
-        if hold[0]:  # the step's worker-thread job, while the step holds the env's lock
-            hold[0] = False
-            entered.set()
-            await release.wait()
-        return fn()
+    class SlowClaims(MemoryStore):
+        async def put_if_absent(self, key: str, value: bytes, *, ttl_s: float | None = None) -> bool:
+            if hold[0]:  # the step's claim of its log entry, while the step holds the env's lock
+                hold[0] = False
+                entered.set()
+                await release.wait()
+            return await super().put_if_absent(key, value, ttl_s=ttl_s)
 
-    manager = EnvSessions(MemoryStore(), worlds, SessionLimits(max_live=1), offload=slow_offload)
+    manager = EnvSessions(SlowClaims(), worlds, SessionLimits(max_live=1))
     env_id = (await manager.create(SPEC)).env_id
     hold[0] = True
     async with anyio.create_task_group() as group:

@@ -2,7 +2,8 @@
 
     request ─► acquire(env_id): the live env (cache hit, or rebuilt from the store), its lock, its rate
                bucket, its slot refreshed ─► claim the next log index (put_if_absent) ─► apply it
-               (worker thread) ─► every K entries, a checkpoint ─► the view the routes answer with
+               (a step on the loop, a reset in a worker thread) ─► every K entries, a checkpoint ─► the
+               view the routes answer with
 
 The state of record is the env's log in the state store (`records.py`): crafter is deterministic given
 the seed and the actions, so the log (plus a checkpoint every `checkpoint_every` entries) *is* the env,
@@ -413,7 +414,10 @@ class EnvSessions:
         data = dumps_bytes(entry)
         for _ in range(MAX_CLAIM_ATTEMPTS):
             if await self.store.put_if_absent(log_key(live.env_id, live.head), data):
-                result = await self.offload(lambda: self._apply(live, entry))
+                if entry["op"] == STEP and live.meta.image_size is None:  # on the loop: cheaper than a handoff
+                    result = self._apply(live, entry)
+                else:  # a reset may generate a world, a frame takes a PNG encoding (milliseconds): a thread's
+                    result = await self.offload(lambda: self._apply(live, entry))
                 live.head += 1
                 await self._checkpoint(live)
                 return result
@@ -425,7 +429,8 @@ class EnvSessions:
         )
 
     def _apply(self, live: LiveEnv, entry: dict[str, Any]) -> tuple[DecisionOutcome | None, Observation]:
-        """Worker thread: one entry this process claimed, and the observation after it."""
+        """One entry this process claimed, and the observation after it (a step on the loop, a reset in a
+        worker thread: `_append`)."""
         outcome = None
         if entry["op"] == STEP:
             outcome = live.game.apply(ActionPlan(tuple(entry["a"])))

@@ -317,7 +317,10 @@ class WsConnection:
         if game is None:
             return ws_error(WSErrorCode.EXECUTION_ERROR, "no episode yet: send a reset first")
         plan = normalise_tool_calls(action.tool_calls_for_env(), self.limits.max_actions)
-        outcome, observation = await self.offload(lambda: game.step(plan))
+        if self.spec.image_size is None:  # on the loop, as EnvSessions steps (manager.py)
+            outcome, observation = game.step(plan)
+        else:
+            outcome, observation = await self.offload(lambda: game.step(plan))
         self.episode = self.episode.stepped()
         self.last = self._view(observation, outcome, plan)
         return {"type": "observation", "data": observation_payload(self.last, stepped=True)}
