@@ -19,7 +19,9 @@ import time
 from collections import Counter
 from typing import Any
 
+import httpx
 from task_app_client import APIStatusError, AsyncClient, RetryPolicy, TaskAppClientError
+from task_app_client._client import DEFAULT_LIMITS
 
 from .driver import wait_for_go
 from .processes import API_KEY
@@ -27,11 +29,12 @@ from .processes import API_KEY
 ACTIONS = ("noop", "move_left")
 
 
-async def _drive(app_url: str, seeds: range, steps: int, think_s: float) -> dict[str, Any]:
+async def _drive(app_url: str, seeds: range, steps: int, think_s: float, pool: int | None) -> dict[str, Any]:
     latencies: list[float] = []
     errors: Counter[str] = Counter()
     done = 0
-    async with AsyncClient(app_url, API_KEY, retry=RetryPolicy.never()) as client:
+    limits = DEFAULT_LIMITS if pool is None else httpx.Limits(max_connections=pool, max_keepalive_connections=pool)
+    async with AsyncClient(app_url, API_KEY, retry=RetryPolicy.never(), limits=limits) as client:
 
         async def session(seed: int) -> None:
             nonlocal done
@@ -72,9 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, required=True)
     parser.add_argument("--steps", type=int, required=True)
     parser.add_argument("--think-s", type=float, required=True)
+    parser.add_argument("--pool", type=int, default=None, help="the client's connections (default: its own)")
     args = parser.parse_args(argv)
     seeds = range(args.first_seed, args.first_seed + args.sessions)
-    print(json.dumps(asyncio.run(_drive(args.app_url, seeds, args.steps, args.think_s))), flush=True)
+    print(json.dumps(asyncio.run(_drive(args.app_url, seeds, args.steps, args.think_s, args.pool))), flush=True)
     return 0
 
 
