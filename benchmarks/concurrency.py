@@ -22,7 +22,9 @@ new-seed phases (`_new`) give every rollout a seed the server has never seen, as
 every GRPO group's first rollout are: its world is generated inside the window. A phase with
 `workers` set runs the server with that many worker threads (`TASKAPP_WORKER_THREADS`); one with
 `processes` > 1 serves the app as that many processes on one port (`task-app serve --processes N`, a
-sqlite state store): CPU and RSS are summed over them, loop lag is the worst process's.
+sqlite state store): CPU and RSS are summed over them, loop lag is the worst process's. One with
+`separate_driver` has the rollouts posted by a process of its own with plain aiohttp
+(`benchmarks.rollout_driver`), as a trainer's script would, instead of by this process.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import anyio
 from task_app.core.stats import percentile
 
 from .client import client, get_json, post_rollout, rollout_body
+from .driver import driver
 from .processes import Served, app_server, environment, fake_model, health_by_process
 from .report import Figure
 
@@ -63,13 +66,19 @@ class Phase:
     workers: int | None = None  # the server's worker threads (None: the default)
     target_rss_mb: float | None = None
     processes: int = 1  # app processes on the port (`task-app serve --processes N`)
+    separate_driver: bool = False  # rollouts posted by a process of its own (`benchmarks.rollout_driver`)
+
+    def __post_init__(self) -> None:
+        if self.separate_driver and not self.new_seeds:
+            raise ValueError("the driver process takes consecutive seeds: new_seeds only")
 
     @property
     def tag(self) -> str:
         seeds = "_new" if self.new_seeds else ""
         workers = f"_w{self.workers}" if self.workers is not None else ""
         processes = f"_p{self.processes}" if self.processes > 1 else ""
-        return f"{self.concurrency}x{self.decisions}_{self.latency_ms}ms{seeds}{workers}{processes}"
+        driver = "_driver" if self.separate_driver else ""
+        return f"{self.concurrency}x{self.decisions}_{self.latency_ms}ms{seeds}{workers}{processes}{driver}"
 
     def seeds(self, repetition: int, warm: list[int]) -> list[int]:
         """The seed of each rollout of one repetition."""
@@ -158,42 +167,78 @@ async def _sample_rss(app: Served, peak: list[int]) -> None:
         await anyio.sleep(RSS_SAMPLE_S)
 
 
+@dataclass
+class _Load:
+    """What the load generator saw: each rollout's wall time and decisions, failures, its wall and CPU."""
+
+    rollout_s: list[float]
+    decisions: int
+    failures: list[str]
+    wall_s: float
+    cpu_s: float
+
+
+async def _inline(app: Served, phase: Phase, bodies: list[dict[str, Any]], go: Callable[[], None]) -> _Load:
+    """The rollouts sent from this process (one pooled aiohttp session)."""
+    outcomes, failures = [], []
+    async with client(phase.concurrency + 4) as http:
+        go()
+        cpu, started = time.process_time(), time.perf_counter()
+        async with anyio.create_task_group() as group:
+
+            async def one(body: dict[str, Any]) -> None:
+                try:
+                    outcomes.append(await post_rollout(http, app.url, body))
+                except (RuntimeError, aiohttp.ClientError, TimeoutError) as exc:
+                    failures.append(repr(exc))
+
+            for body in bodies:
+                group.start_soon(one, body)
+        wall = time.perf_counter() - started
+    walls = [outcome.wall_s for outcome in outcomes]
+    return _Load(walls, sum(outcome.decisions for outcome in outcomes), failures, wall, time.process_time() - cpu)
+
+
+async def _separate(app: Served, model: Served, phase: Phase, seeds: list[int], go: Callable[[], None]) -> _Load:
+    """The rollouts sent by `benchmarks.rollout_driver`, a process of its own (seeds consecutive)."""
+    args = [app.url, model.url, "--first-seed", str(seeds[0]), "--rollouts", str(len(seeds))]
+    args += ["--decisions", str(phase.decisions), "--latency-ms", str(phase.latency_ms)]
+    with driver("benchmarks.rollout_driver", args) as load:
+        go()
+        load.go()
+        outcome = await anyio.to_thread.run_sync(load.result)
+    return _Load(outcome["rollout_s"], outcome["decisions"], outcome["failures"], outcome["wall_s"], outcome["cpu_s"])
+
+
 async def _window(app: Served, model: Served, phase: Phase, seeds: list[int]) -> dict[str, Any]:
     bodies = [rollout_body(model.url, seed, phase.decisions, latency_ms=phase.latency_ms) for seed in seeds]
-    async with client(phase.concurrency + 4) as http:
-        outcomes, failures, rss_peak = [], [], [app.rss_bytes()]
-        with _HealthPoller(app.url) as poller:  # started (a new process) before the clock, not inside it
-            before = await _lag_by_process(app.url, phase.processes)
-            cpu_before, started = app.cpu_s(), time.perf_counter()
-            model_before, client_before = model.cpu_s(), time.process_time()
-            async with anyio.create_task_group() as sampler:
-                sampler.start_soon(_sample_rss, app, rss_peak)
-                async with anyio.create_task_group() as group:
+    rss_peak = [app.rss_bytes()]
+    with _HealthPoller(app.url) as poller:  # started (a new process) before the clock, not inside it
+        before = await _lag_by_process(app.url, phase.processes)
+        counters: dict[str, float] = {}
 
-                    async def one(body: dict[str, Any]) -> None:
-                        try:
-                            outcomes.append(await post_rollout(http, app.url, body))
-                        except (RuntimeError, aiohttp.ClientError, TimeoutError) as exc:
-                            failures.append(repr(exc))
+        def go() -> None:  # the clock starts: the server's and the model's CPU from here
+            counters.update(cpu=app.cpu_s(), model=model.cpu_s())
 
-                    for body in bodies:
-                        group.start_soon(one, body)
-                sampler.cancel_scope.cancel()
-            wall = time.perf_counter() - started
-            cpu = app.cpu_s() - cpu_before
-            model_cpu, client_cpu = model.cpu_s() - model_before, time.process_time() - client_before
-            after = await _lag_by_process(app.url, phase.processes)
-    rollout_s = [outcome.wall_s for outcome in outcomes]
-    decisions = sum(outcome.decisions for outcome in outcomes)
+        async with anyio.create_task_group() as sampler:
+            sampler.start_soon(_sample_rss, app, rss_peak)
+            if phase.separate_driver:
+                load = await _separate(app, model, phase, seeds, go)
+            else:
+                load = await _inline(app, phase, bodies, go)
+            sampler.cancel_scope.cancel()
+        cpu, model_cpu = app.cpu_s() - counters["cpu"], model.cpu_s() - counters["model"]
+        after = await _lag_by_process(app.url, phase.processes)
+    rollout_s, failures, wall = load.rollout_s, load.failures, load.wall_s
     if failures:
         print(f"{phase.tag}: {len(failures)} failed rollouts, e.g. {failures[0]}", file=sys.stderr)
-    elif decisions != phase.concurrency * phase.decisions:
-        raise RuntimeError(f"{phase.tag}: {decisions} decisions ran, expected {phase.concurrency * phase.decisions}")
+    elif load.decisions != phase.concurrency * phase.decisions:
+        raise RuntimeError(f"{phase.tag}: {load.decisions} ran, expected {phase.concurrency * phase.decisions}")
     health_ms = poller.latencies_ms
     return {
         "failed": float(len(failures)),
         "rss_peak": rss_peak[0] / 2**20,
-        "rate": decisions / wall,
+        "rate": load.decisions / wall,
         "p50": percentile(rollout_s, 50) if rollout_s else float("nan"),
         "p99": percentile(rollout_s, 99) if rollout_s else float("nan"),
         "lag_p99": _worst_lag(before, after, lag_p99_ms),
@@ -201,7 +246,7 @@ async def _window(app: Served, model: Served, phase: Phase, seeds: list[int]) ->
         "health_p99": percentile(health_ms, 99) if health_ms else float("nan"),
         "cpu_share": cpu / wall,
         "model_cpu_share": model_cpu / wall,
-        "client_cpu_share": client_cpu / wall,
+        "client_cpu_share": load.cpu_s / wall,
     }
 
 
@@ -216,9 +261,10 @@ def _figures(phase: Phase, bench: str) -> dict[str, Figure]:
     seeds = ", new seeds" if phase.new_seeds else ""
     workers = f", {phase.workers} worker thread{'s' if phase.workers != 1 else ''}" if phase.workers else ""
     processes = f", {phase.processes} app processes" if phase.processes > 1 else ""
+    driver = ", aiohttp driver process" if phase.separate_driver else ""
     what = (
         f"{phase.concurrency} concurrent, {phase.decisions} decisions, {phase.latency_ms} ms model"
-        f"{seeds}{workers}{processes}"
+        f"{seeds}{workers}{processes}{driver}"
     )
     ideal_s = phase.decisions * phase.latency_ms / 1000
     ratio_target = None if phase.target_ratio is None else (">=", phase.target_ratio)

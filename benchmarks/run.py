@@ -7,8 +7,9 @@
     B5 payload      response bytes per trace format (+gzip), SQLite bytes per rollout (payload.py)
     B6 sessions     /step CPU and latency (memory, sqlite), rebuilds, WebSocket steps/s, bytes (sessions.py)
     B7 ops          server CPU of a 100000-op request vs a 2-op one; parse + plan in-process  (ops.py)
-    B8 density      1024 rollouts in flight, 2 s model, new seeds, 1 and 2 worker threads  (density.py)
+    B8 density      1024 rollouts in flight, 2 s model, new seeds; 2 processes; an aiohttp driver process  (density.py)
     B9 fleet        the run registry in the state store: calls and CPU per rollout, abort across processes  (fleet.py)
+    B10 trainer     1024 env sessions, 2 s think time, 50 steps, defaults, via the client library  (trainer_load.py)
     W  world        crafter resets and steps in-process (`python benchmarks/world.py`, not run here)
     worldgen_check  the generator against crafter's, thousands of seeds (`python -m benchmarks.worldgen_check`)
 
@@ -32,7 +33,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import concurrency, density, fleet, memory, ops, overhead, payload, sessions, startup
+from . import concurrency, density, fleet, memory, ops, overhead, payload, sessions, startup, trainer_load
 from .processes import PROFILE
 from .report import RESULTS_DIR, RESULTS_PAGE, Figure, console, markdown, results_page, table, write_json
 
@@ -46,6 +47,7 @@ SUITE: dict[str, tuple[str, Callable[[int, bool], list[Figure]]]] = {
     "B7": ("ops", ops.run),
     "B8": ("density", density.run),
     "B9": ("fleet", fleet.run),
+    "B10": ("trainer load", trainer_load.run),
 }
 
 

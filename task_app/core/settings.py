@@ -156,7 +156,8 @@ class Settings(BaseSettings):
     state_backend: str = Field(default="memory", pattern=STATE_BACKEND_PATTERN)
     """Where env sessions and the run registry live: `memory` (one process), `sqlite:PATH` (processes on one
     machine share the file) or `modal-dict:NAME` (`modal_app.py` sets it)."""
-    sessions_max_live: int = Field(default=256, ge=1, le=100_000)
+    # A trainer keeps ~1,000 sessions in flight per process (docs/modal.md#sizing-sessions): all live, none rebuilt.
+    sessions_max_live: int = Field(default=2048, ge=1, le=100_000)
     """Live envs per process (an evicted env is rebuilt from the store); 429 when all are in use."""
     sessions_max_envs: int = Field(default=10_000, ge=1, le=1_000_000)
     """Envs in the state store, fleet-wide; one more is a 429."""
@@ -172,7 +173,7 @@ class Settings(BaseSettings):
     """Requests per second per env, per process; beyond it 429."""
     sessions_checkpoint_every: int = Field(default=50, ge=1)
     """A checkpoint every N log entries, so a rebuild replays at most N step calls."""
-    openenv_max_sessions: int = Field(default=64, ge=1)
+    openenv_max_sessions: int = Field(default=1024, ge=1)
     """OpenEnv WebSocket sessions per process; beyond it the `CAPACITY_REACHED` reply."""
     openenv_token_ttl_s: float = Field(default=3600.0, ge=1)
     """Longest lifetime of an OpenEnv session token."""
