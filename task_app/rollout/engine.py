@@ -133,6 +133,11 @@ class RolloutEngine:
             game, self._game = self._game, None
             if game is not None and not self.plan.record_snapshot:
                 game.close()
+        await self._conclude(game)
+        return self._finish()
+
+    async def _conclude(self, game: Game | None) -> None:
+        """What is computed from a finished loop: the last state, the rubric scores, the sequences."""
         if game is not None and self.plan.record_snapshot:  # the last state, written off the loop
             try:
                 self.result.end = await self.offload(lambda: self._end(game))
@@ -149,7 +154,6 @@ class RolloutEngine:
                 self.result.episode_sequences = rollout_sequences(self.result)
             else:
                 self.result.episode_sequences = await self.offload(lambda: rollout_sequences(self.result))
-        return self._finish()
 
     # --- guards ---------------------------------------------------------------------------------
 

@@ -555,8 +555,16 @@ class FakeModel:
             raw=b"".join(chunks),
         )
         exchange = Exchange(
-            record, scope, receive, send, self._stopping, self.stats, self.tokens, self.answers, self.answer_headers
-            record, scope, receive, send, self._stopping, self.stats, self.tokens, self.answers, self.template
+            record,
+            scope,
+            receive,
+            send,
+            self._stopping,
+            self.stats,
+            self.tokens,
+            self.answers,
+            self.answer_headers,
+            self.template,
         )
         await self._next(record)(exchange)
 
