@@ -145,13 +145,13 @@ def _lag_buckets(health: dict[str, Any]) -> dict[str, int] | None:
     return (health.get("event_loop") or {}).get("buckets_ms")
 
 
-async def _lag_by_process(url: str, processes: int) -> dict[int, dict[str, int] | None]:
+async def lag_by_process(url: str, processes: int) -> dict[int, dict[str, int] | None]:
     """Each app process's histogram, by pid."""
     found = await anyio.to_thread.run_sync(health_by_process, url, processes)
     return {pid: _lag_buckets(health) for pid, health in found.items()}
 
 
-def _worst_lag(
+def worst_lag(
     before: dict[int, dict[str, int] | None],
     after: dict[int, dict[str, int] | None],
     of: Callable[[dict[str, int], dict[str, int]], float],
@@ -161,7 +161,7 @@ def _worst_lag(
     return max(values) if values else float("nan")
 
 
-async def _sample_rss(app: Served, peak: list[int]) -> None:
+async def sample_rss(app: Served, peak: list[int]) -> None:
     while True:
         peak[0] = max(peak[0], app.rss_bytes())
         await anyio.sleep(RSS_SAMPLE_S)
@@ -214,21 +214,21 @@ async def _window(app: Served, model: Served, phase: Phase, seeds: list[int]) ->
     bodies = [rollout_body(model.url, seed, phase.decisions, latency_ms=phase.latency_ms) for seed in seeds]
     rss_peak = [app.rss_bytes()]
     with _HealthPoller(app.url) as poller:  # started (a new process) before the clock, not inside it
-        before = await _lag_by_process(app.url, phase.processes)
+        before = await lag_by_process(app.url, phase.processes)
         counters: dict[str, float] = {}
 
         def go() -> None:  # the clock starts: the server's and the model's CPU from here
             counters.update(cpu=app.cpu_s(), model=model.cpu_s())
 
         async with anyio.create_task_group() as sampler:
-            sampler.start_soon(_sample_rss, app, rss_peak)
+            sampler.start_soon(sample_rss, app, rss_peak)
             if phase.separate_driver:
                 load = await _separate(app, model, phase, seeds, go)
             else:
                 load = await _inline(app, phase, bodies, go)
             sampler.cancel_scope.cancel()
         cpu, model_cpu = app.cpu_s() - counters["cpu"], model.cpu_s() - counters["model"]
-        after = await _lag_by_process(app.url, phase.processes)
+        after = await lag_by_process(app.url, phase.processes)
     rollout_s, failures, wall = load.rollout_s, load.failures, load.wall_s
     if failures:
         print(f"{phase.tag}: {len(failures)} failed rollouts, e.g. {failures[0]}", file=sys.stderr)
@@ -241,8 +241,8 @@ async def _window(app: Served, model: Served, phase: Phase, seeds: list[int]) ->
         "rate": load.decisions / wall,
         "p50": percentile(rollout_s, 50) if rollout_s else float("nan"),
         "p99": percentile(rollout_s, 99) if rollout_s else float("nan"),
-        "lag_p99": _worst_lag(before, after, lag_p99_ms),
-        "lag_max": _worst_lag(before, after, lag_max_ms),
+        "lag_p99": worst_lag(before, after, lag_p99_ms),
+        "lag_max": worst_lag(before, after, lag_max_ms),
         "health_p99": percentile(health_ms, 99) if health_ms else float("nan"),
         "cpu_share": cpu / wall,
         "model_cpu_share": model_cpu / wall,

@@ -23,7 +23,7 @@ import anyio
 
 from task_app.core.stats import percentile
 
-from .concurrency import PROBE_INTERVAL_S, _lag_by_process, _sample_rss, _worst_lag, lag_max_ms, lag_p99_ms
+from .concurrency import PROBE_INTERVAL_S, lag_by_process, lag_max_ms, lag_p99_ms, sample_rss, worst_lag
 from .driver import driver
 from .processes import Served, app_server
 from .report import Figure
@@ -37,15 +37,15 @@ async def _window(app: Served, sessions: int, steps: int, first_seed: int) -> di
     args += ["--steps", str(steps), "--think-s", str(THINK_S)]
     rss_peak = [app.rss_bytes()]
     with driver("benchmarks.session_driver", args) as load:
-        before = await _lag_by_process(app.url, 1)
+        before = await lag_by_process(app.url, 1)
         cpu = app.cpu_s()
         async with anyio.create_task_group() as sampler:
-            sampler.start_soon(_sample_rss, app, rss_peak)
+            sampler.start_soon(sample_rss, app, rss_peak)
             load.go()
             outcome: dict[str, Any] = await anyio.to_thread.run_sync(load.result)
             sampler.cancel_scope.cancel()
         cpu = app.cpu_s() - cpu
-        after = await _lag_by_process(app.url, 1)
+        after = await lag_by_process(app.url, 1)
     wall, errors = outcome["wall_s"], outcome["errors"]
     latencies = outcome["step_s"] or [float("nan")]
     return {
@@ -53,8 +53,8 @@ async def _window(app: Served, sessions: int, steps: int, first_seed: int) -> di
         "rate": outcome["steps"] / wall,
         "step_p50": percentile(latencies, 50) * 1000,
         "step_p99": percentile(latencies, 99) * 1000,
-        "lag_p99": _worst_lag(before, after, lag_p99_ms),
-        "lag_max": _worst_lag(before, after, lag_max_ms),
+        "lag_p99": worst_lag(before, after, lag_p99_ms),
+        "lag_max": worst_lag(before, after, lag_max_ms),
         "rejected": float(sum(count for kind, count in errors.items() if kind.startswith("HTTP 429"))),
         "failed": float(sum(count for kind, count in errors.items() if not kind.startswith("HTTP 429"))),
         "rss_peak": rss_peak[0] / 2**20,
