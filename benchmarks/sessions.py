@@ -179,10 +179,10 @@ async def _rebuild_on_sqlite(path: Path, worlds: WorldFactory, entries: int, che
 
 
 def modal_dict_double() -> Any:
-    """The tests' `FakeModalDict` (tests/helpers.py: modal.Dict's documented semantics, with latency)."""
-    spec = importlib.util.spec_from_file_location("_test_helpers", ROOT / "tests" / "helpers.py")
+    """The tests' `FakeModalDict` (tests/support/fakes.py: modal.Dict's documented semantics, with latency)."""
+    spec = importlib.util.spec_from_file_location("_test_fakes", ROOT / "tests" / "support" / "fakes.py")
     if spec is None or spec.loader is None:  # pragma: no cover - the file is in the repository
-        raise RuntimeError("tests/helpers.py not found")
+        raise RuntimeError("tests/support/fakes.py not found")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.FakeModalDict
