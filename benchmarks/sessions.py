@@ -219,27 +219,10 @@ def _rebuild_figures(repetitions: int, quick: bool) -> list[Figure]:
 
 
 async def _websocket_steps(app: Served, connections: int, steps: int) -> tuple[float, float]:
-    """Steps per second over `connections` WebSockets, and the server's CPU per step (ms)."""
+    """Steps per second over `connections` of the app's OpenEnv WebSockets, and the server's CPU per step (ms)."""
     async with _session(1) as http:
         token = await _post(http, app.url + "/openenv/tokens", {})
-    url = token["base_url"].replace("http://", "ws://") + "/ws"
-
-    async def one() -> None:
-        async with connect(url, max_size=None) as socket:
-            await socket.send(orjson.dumps({"type": "reset", "data": {"seed": 1}}).decode())
-            await socket.recv()
-            for index in range(steps):
-                actions = ["move_left"] if index % 2 else ["noop"]
-                await socket.send(orjson.dumps({"type": "step", "data": {"actions": actions}}).decode())
-                reply = orjson.loads(await socket.recv())
-                if reply["data"]["done"]:
-                    await socket.send(orjson.dumps({"type": "reset", "data": {}}).decode())
-                    await socket.recv()
-
-    started, cpu = time.perf_counter(), app.cpu_s()
-    await asyncio.gather(*(one() for _ in range(connections)))
-    total = connections * steps
-    return total / (time.perf_counter() - started), (app.cpu_s() - cpu) / total * 1000
+    return await _ws_steps(app, token["base_url"].replace("http://", "ws://") + "/ws", connections, steps)
 
 
 async def _live_env_bytes(app: Served, envs: int) -> float:

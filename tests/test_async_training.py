@@ -17,10 +17,10 @@ import pytest
 from support.errors import error_body
 from support.fake_model import FakeModel, Recorded, aborted, delay, error, gated, text, tool_call
 from support.polling import wait_until
-from support.rollouts import request_body
+from support.rollouts import post_rollout, request_body
 from support.servers import AppServer
 
-from task_app.core.contracts import RolloutRequest, RolloutResponse
+from task_app.core.contracts import RolloutRequest
 from task_app.core.errors import InvalidRequest
 from task_app.core.settings import Settings
 from task_app.policy.versions import CONFIG, HEADER, MODEL_NAME, PolicyVersion, policy_version
@@ -36,14 +36,6 @@ def react(model: FakeModel, decisions: int, **overrides: Any) -> dict[str, Any]:
     body = request_body(inference_url=model.url(), decisions=decisions, **overrides)
     body["run_id"] = f"async-{uuid.uuid4().hex[:10]}"
     return body
-
-
-def rollout(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
-    response = client.post("/rollout", json=body)
-    assert response.status_code == 200, response.text
-    answer: dict[str, Any] = response.json()
-    RolloutResponse.model_validate(answer)
-    return answer
 
 
 def excluded(answer: dict[str, Any]) -> tuple[bool, str | None]:
@@ -76,14 +68,14 @@ def test_each_decision_records_its_version_and_the_rollout_those_it_saw(
     )
     body = react(fake_model, 3)
     body["policy"]["config"]["policy_version"] = 4
-    answer = rollout(client, body)
+    answer = post_rollout(client, body)
     seen = [(meta["policy_version"], meta["policy_version_source"]) for meta in metas(answer)]
     assert seen == [(4, "header"), (5, "header"), (4, "config")]
     assert answer["metrics"]["details"]["policy_versions"] == [4, 5]
 
     named = react(fake_model, 2)
     named["policy"]["config"]["model"] = "crafter-lora-v12"  # the fake model serves the name it is asked for
-    versions = [(meta["policy_version"], meta["policy_version_source"]) for meta in metas(rollout(client, named))]
+    versions = [(meta["policy_version"], meta["policy_version_source"]) for meta in metas(post_rollout(client, named))]
     assert versions == [(12, "model_name"), (12, "model_name")]
 
 
@@ -94,7 +86,7 @@ def test_a_rollout_whose_versions_drift_past_the_lag_stops_with_what_it_has(
     fake_model.script(*(tool_call("move_left", headers={"X-Policy-Version": str(v)}) for v in (1, 2, 4, 4)))
     body = react(fake_model, 4)
     body["policy"]["config"]["max_version_lag"] = 2
-    answer = rollout(client, body)
+    answer = post_rollout(client, body)
     details = answer["metrics"]["details"]
     assert details["stop_reason"] == "version_lag" and answer["aborted"]
     assert len(answer["trajectories"][0]["steps"]) == 2  # the third decision (version 4) was not played
@@ -120,7 +112,7 @@ def test_answers_a_paused_server_aborted_are_sent_again_and_counted(
     client: httpx.Client, fake_model: FakeModel
 ) -> None:
     fake_model.script(aborted(), aborted(), tool_call("move_right"), tool_call("noop"))
-    answer = rollout(client, react(fake_model, 2))
+    answer = post_rollout(client, react(fake_model, 2))
     assert [meta["aborted_answers"] for meta in metas(answer)] == [2, 0]
     assert [meta["actions"] for meta in metas(answer)] == [["move_right"], ["noop"]]
     assert answer["metrics"]["details"]["stop_reason"] == "completed"
@@ -133,7 +125,7 @@ def test_a_server_that_keeps_aborting_fails_the_rollout_as_infrastructure(
 ) -> None:
     client = make_app_server(inference_abort_retries=1).client()
     fake_model.script(aborted(), aborted())
-    answer = rollout(client, react(fake_model, 2))
+    answer = post_rollout(client, react(fake_model, 2))
     details = answer["metrics"]["details"]
     assert details["stop_reason"] == "policy_error" and details["error"]["code"] == "inference_aborted"
     assert details["error"]["class"] == "model_unreachable" and details["error"]["retryable"]
@@ -150,7 +142,7 @@ def test_a_request_held_through_a_weight_update_is_answered_when_it_resumes(
     timer = threading.Timer(0.5, resumed.set)  # the "weight update" holds the request for half a second
     timer.start()
     try:
-        answer = rollout(client, react(fake_model, 1))
+        answer = post_rollout(client, react(fake_model, 1))
     finally:
         timer.cancel()
     (meta,) = metas(answer)
@@ -163,7 +155,7 @@ def test_a_hold_longer_than_the_read_timeout_is_cut_and_sent_again(
 ) -> None:
     client = make_app_server(inference_read_timeout_s=0.3).client()
     fake_model.script(delay(2.0), tool_call("do"))
-    (meta,) = metas(rollout(client, react(fake_model, 1)))
+    (meta,) = metas(post_rollout(client, react(fake_model, 1)))
     assert meta["attempts"] == 2 and meta["actions"] == ["do"]
 
 
@@ -201,7 +193,7 @@ def test_the_response_says_whether_to_exclude_it(
     client: httpx.Client, fake_model: FakeModel, script: list[Any], stop_reason: str, flags: tuple[bool, str | None]
 ) -> None:
     fake_model.script(*script)
-    answer = rollout(client, react(fake_model, 3 if len(script) == 3 else 1))
+    answer = post_rollout(client, react(fake_model, 3 if len(script) == 3 else 1))
     assert answer["metrics"]["details"]["stop_reason"] == stop_reason
     assert excluded(answer) == flags
 
@@ -256,18 +248,18 @@ def test_a_rollout_split_at_a_snapshot_plays_and_asks_exactly_as_one_rollout(
     env = {"seed": 11, "config": ROOMY}
 
     fake_model.script(*answers)
-    whole = rollout(client, react(fake_model, total, env=env, record={"logprobs": True}))
+    whole = post_rollout(client, react(fake_model, total, env=env, record={"logprobs": True}))
     asked_whole = [record.body["messages"] for record in fake_model.requests]
     fake_model.reset()
     fake_model.tokens = "vllm"
 
     fake_model.script(*answers)
-    first = rollout(client, react(fake_model, split, env=env, record={"logprobs": True, "snapshot": True}))
+    first = post_rollout(client, react(fake_model, split, env=env, record={"logprobs": True, "snapshot": True}))
     snapshot_id = first["trajectories"][0]["final"]["snapshot_id"]
     assert isinstance(snapshot_id, str)
     second_body = react(fake_model, total - split, record={"logprobs": True})
     second_body["env"] = {"env_name": "crafter", "config": ROOMY, "continue_from": {"snapshot_id": snapshot_id}}
-    second = rollout(client, second_body)
+    second = post_rollout(client, second_body)
     asked_split = [record.body["messages"] for record in fake_model.requests]
 
     assert asked_split == asked_whole  # the same prompts, history lines and their numbers included
@@ -280,7 +272,7 @@ def test_a_rollout_split_at_a_snapshot_plays_and_asks_exactly_as_one_rollout(
 @pytest.mark.e2e
 def test_a_group_from_one_snapshot_explores_branches(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.script(*_answers(4))
-    trunk = rollout(client, react(fake_model, 4, env={"seed": 5, "config": ROOMY}, record={"snapshot": True}))
+    trunk = post_rollout(client, react(fake_model, 4, env={"seed": 5, "config": ROOMY}, record={"snapshot": True}))
     snapshot_id = trunk["trajectories"][0]["final"]["snapshot_id"]
     branch_moves = ["move_left", "move_right", "move_up"]
 
@@ -328,7 +320,7 @@ def test_a_rollout_continues_from_an_env_session_and_leaves_it_as_it_was(
         fake_model.script(*_answers(2))
         body = react(fake_model, 2)
         body["env"] = {"env_name": "crafter", "config": ROOMY, "continue_from": start}
-        return _played(rollout(client, body))
+        return _played(post_rollout(client, body))
 
     from_env = continued({"env_id": env_id})
     assert from_env == continued({"snapshot_id": snapshot_id})  # the env's current state is the same start

@@ -17,11 +17,10 @@ from typing import Any
 import httpx
 import pytest
 from support.fake_model import IM_END, FakeModel, tool_call
-from support.rollouts import request_body
+from support.rollouts import post_rollout, request_body
 from support.servers import AppServer
 
 from task_app.cli.main import main
-from task_app.core.contracts import RolloutResponse
 from task_app.policy.conversation import assistant_message
 from task_app.rollout.episode_sequences import Turn, episode_sequence
 
@@ -114,14 +113,6 @@ def _react(model: FakeModel, decisions: int, *, record: dict[str, Any] | None = 
     return body
 
 
-def _rollout(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
-    response = client.post("/rollout", json=body)
-    assert response.status_code == 200, response.text
-    result: dict[str, Any] = response.json()
-    RolloutResponse.model_validate(result)
-    return result
-
-
 def _reasoning_answers(model: FakeModel, template: str) -> None:
     model.tokens, model.template = "vllm", template
     model.script(*(tool_call("move_left", "do", reasoning=thought) for thought in THOUGHTS))
@@ -149,7 +140,7 @@ def test_reasoning_sent_back_makes_one_exact_sequence_everywhere(
 ) -> None:
     _reasoning_answers(fake_model, "reasoning")
     body = _react(fake_model, 3, history_reasoning=True)
-    result = _rollout(client, body)
+    result = post_rollout(client, body)
     sent = [request.body["messages"] for request in fake_model.requests]
     assert [message.get("reasoning_content") for message in sent[2] if message["role"] == "assistant"] == THOUGHTS[:2]
     (sequence,) = result["trajectories"][0]["episode_sequences"]
@@ -181,7 +172,7 @@ def test_reasoning_left_out_of_the_history_breaks_the_prefix_where_it_was(
     client: httpx.Client, fake_model: FakeModel
 ) -> None:
     _reasoning_answers(fake_model, "reasoning")
-    result = _rollout(client, _react(fake_model, 3))
+    result = post_rollout(client, _react(fake_model, 3))
     assert all("reasoning_content" not in message for message in fake_model.requests[1].body["messages"])
     (sequence,) = result["trajectories"][0]["episode_sequences"]
     first_prompt = fake_model.answers[0]["prompt_token_ids"]
@@ -205,7 +196,7 @@ def test_reasoning_left_out_of_the_history_breaks_the_prefix_where_it_was(
 @pytest.mark.e2e
 def test_a_template_that_drops_earlier_reasoning_is_caught(client: httpx.Client, fake_model: FakeModel) -> None:
     _reasoning_answers(fake_model, "no-reasoning")
-    result = _rollout(client, _react(fake_model, 2, history_reasoning=True))
+    result = post_rollout(client, _react(fake_model, 2, history_reasoning=True))
     (sequence,) = result["trajectories"][0]["episode_sequences"]
     assert sequence["divergence"]["turn"] == 1
     assert sequence["divergence"]["token_index"] == len(fake_model.answers[0]["prompt_token_ids"])
@@ -217,7 +208,7 @@ def test_answers_without_reasoning_extend_under_either_template(client: httpx.Cl
         fake_model.reset()
         fake_model.tokens, fake_model.template = "vllm", template
         fake_model.default = tool_call("move_right", content="going right")
-        (sequence,) = _rollout(client, _react(fake_model, 3))["trajectories"][0]["episode_sequences"]
+        (sequence,) = post_rollout(client, _react(fake_model, 3))["trajectories"][0]["episode_sequences"]
         assert sequence["prefix_consistent"], template
         assert (
             sequence["input_ids"]
@@ -230,7 +221,7 @@ def test_each_episode_has_its_own_sequence(client: httpx.Client, fake_model: Fak
     fake_model.tokens, fake_model.template = "vllm", "reasoning"
     body = _react(fake_model, 4)
     body["env"]["config"] = {"length": 2}  # two primitive steps an episode: two episodes of two decisions
-    result = _rollout(client, body)
+    result = post_rollout(client, body)
     sequences = result["trajectories"][0]["episode_sequences"]
     assert [sequence["episode"] for sequence in sequences] == [0, 1]
     assert [sequence["decisions"] for sequence in sequences] == [[0, 1], [2, 3]]
@@ -246,7 +237,7 @@ def test_each_episode_has_its_own_sequence(client: httpx.Client, fake_model: Fak
 def test_summary_history_is_not_one_sequence_and_says_so(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.tokens, fake_model.template = "vllm", "reasoning"
     body = _react(fake_model, 2, history="summary")
-    (sequence,) = _rollout(client, body)["trajectories"][0]["episode_sequences"]
+    (sequence,) = post_rollout(client, body)["trajectories"][0]["episode_sequences"]
     assert sequence["divergence"]["turn"] == 1 and sequence["divergence"]["reason"] == "prompt_differs"
 
 
@@ -254,7 +245,7 @@ def test_summary_history_is_not_one_sequence_and_says_so(client: httpx.Client, f
 def test_without_the_option_there_are_no_sequences(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.tokens = "vllm"
     body = _react(fake_model, 1, record={"tokens": "decision"})
-    trajectory = _rollout(client, body)["trajectories"][0]
+    trajectory = post_rollout(client, body)["trajectories"][0]
     assert "episode_sequences" not in trajectory
     assert trajectory["steps"][0]["info"]["tokens"]["prompt_token_ids"] == fake_model.answers[0]["prompt_token_ids"]
 
@@ -279,7 +270,7 @@ def test_bad_options_are_precise_422s(client: httpx.Client, change: dict[str, An
 
 @pytest.mark.e2e
 def test_each_step_carries_its_event_scores_and_they_average_to_the_episode(client: httpx.Client) -> None:
-    result = _rollout(client, request_body(decisions=12))
+    result = post_rollout(client, request_body(decisions=12))
     steps = result["trajectories"][0]["steps"]
     scores = [step["info"]["event_scores"] for step in steps]
     rubric = result["metrics"]["details"]["rubrics"]["events"]

@@ -16,11 +16,10 @@ from typing import Any
 import httpx
 import pytest
 from support.fake_model import FakeModel, huge, json_body, tool_call
-from support.rollouts import request_body
+from support.rollouts import post_rollout, request_body
 from support.servers import AppServer
 
 from task_app.cli.main import main
-from task_app.core.contracts import RolloutResponse
 from task_app.policy.providers import PROVIDER_CUSTOM, PROVIDER_GROQ, PROVIDER_OPENAI
 from task_app.policy.sampled_tokens import MAX_TOKEN_IDS, TokenData, read_tokens, request_fields
 
@@ -56,14 +55,6 @@ def react(
         **config,
     }
     return body
-
-
-def rollout(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
-    response = client.post("/rollout", json=body)
-    assert response.status_code == 200, response.text
-    result: dict[str, Any] = response.json()
-    RolloutResponse.model_validate(result)
-    return result
 
 
 def served_tokens(answer: dict[str, Any]) -> dict[str, Any]:
@@ -193,7 +184,7 @@ def test_vllm_tokens_reach_the_response_the_trace_and_the_export(
     fake_model.tokens = "vllm"
     fake_model.default = tool_call("move_left", "do")
     body = react(fake_model, 3, record={"logprobs": True, "return_trace": True, "trace_format": "structured"})
-    result = rollout(client, body)
+    result = post_rollout(client, body)
     assert [request.body | VLLM_FIELDS == request.body for request in fake_model.requests] == [True] * 3
     (trajectory,) = result["trajectories"]
     expected = [served_tokens(answer) for answer in fake_model.answers]
@@ -221,7 +212,7 @@ def test_vllm_tokens_reach_the_response_the_trace_and_the_export(
 @pytest.mark.e2e
 def test_policy_config_switch_asks_for_tokens_too(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.tokens = "vllm"
-    result = rollout(client, react(fake_model, 1, logprobs=True))
+    result = post_rollout(client, react(fake_model, 1, logprobs=True))
     (step,) = result["trajectories"][0]["steps"]
     assert step["info"]["tokens"] == served_tokens(fake_model.answers[0])
 
@@ -229,7 +220,7 @@ def test_policy_config_switch_asks_for_tokens_too(client: httpx.Client, fake_mod
 @pytest.mark.e2e
 def test_without_logprobs_nothing_is_asked_and_nothing_added(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.tokens = "vllm"
-    result = rollout(client, react(fake_model, 2, record={"return_trace": True, "trace_format": "structured"}))
+    result = post_rollout(client, react(fake_model, 2, record={"return_trace": True, "trace_format": "structured"}))
     assert not set(VLLM_FIELDS) & set(fake_model.requests[0].body)
     for step in result["trajectories"][0]["steps"]:
         assert "logprob" not in step and "tokens" not in step["info"]
@@ -242,7 +233,7 @@ def test_without_logprobs_nothing_is_asked_and_nothing_added(client: httpx.Clien
 @pytest.mark.e2e
 def test_compact_traces_stay_compact(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.tokens = "vllm"
-    result = rollout(client, react(fake_model, 2, record={"logprobs": True, "return_trace": True}))
+    result = post_rollout(client, react(fake_model, 2, record={"logprobs": True, "return_trace": True}))
     trace = json.dumps(result["trace"])
     assert "token_ids" not in trace and "logprobs" not in trace
     assert set(result["trace"]) == {
@@ -259,7 +250,7 @@ def test_compact_traces_stay_compact(client: httpx.Client, fake_model: FakeModel
 @pytest.mark.e2e
 def test_a_server_that_sends_no_tokens_marks_each_decision(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.tokens = None  # a plain OpenAI-compatible server that ignores the token fields
-    result = rollout(client, react(fake_model, 2, record={"logprobs": True}))
+    result = post_rollout(client, react(fake_model, 2, record={"logprobs": True}))
     assert [set(VLLM_FIELDS) <= set(request.body) for request in fake_model.requests] == [True, True]  # asked
     steps = result["trajectories"][0]["steps"]
     assert len(steps) == 2
@@ -277,7 +268,7 @@ def test_a_server_that_sends_no_tokens_marks_each_decision(client: httpx.Client,
 def test_sglang_tokens_with_its_prompt_field_in_extra_body(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.tokens = "sglang"
     body = react(fake_model, 1, record={"logprobs": True}, extra_body={"return_prompt_token_ids": True})
-    (step,) = rollout(client, body)["trajectories"][0]["steps"]
+    (step,) = post_rollout(client, body)["trajectories"][0]["steps"]
     choice = fake_model.answers[0]["choices"][0]
     tokens = step["info"]["tokens"]
     assert tokens["prompt_token_ids"] == choice["prompt_token_ids"] and tokens["tokens_missing"] is False
@@ -301,7 +292,7 @@ def test_bad_token_data_costs_only_that_decisions_tokens(client: httpx.Client, f
     bad = {"model": "fake-model", "prompt_token_ids": [1, 2], "choices": [{"index": 0, **choice}]}
     fake_model.tokens = "vllm"
     fake_model.script(json_body(bad))
-    result = rollout(client, react(fake_model, 2, record={"logprobs": True}))
+    result = post_rollout(client, react(fake_model, 2, record={"logprobs": True}))
     first, second = result["trajectories"][0]["steps"]
     assert first["info"]["meta"]["actions"] == ["move_up"]  # the decision itself played
     assert first["info"]["tokens"]["tokens_missing"] is True and first["logprob"] is None
@@ -318,7 +309,7 @@ def test_a_50_mb_logprobs_list_is_refused_for_its_decision(client: httpx.Client,
     head = b'{"model": "fake-model", "choices": [{"index": 0, "finish_reason": "stop", "logprobs": {"content": ['
     fake_model.tokens = "vllm"
     fake_model.script(huge(50 * 1024 * 1024, head=head, unit=entry, tail=b"]}}]}"))
-    result = rollout(client, react(fake_model, 2, record={"logprobs": True}))
+    result = post_rollout(client, react(fake_model, 2, record={"logprobs": True}))
     first, second = result["trajectories"][0]["steps"]
     assert first["info"]["meta"]["unusable_reason"] == "response_too_large"
     assert first["info"]["tokens"]["tokens_missing"] is True
@@ -330,7 +321,7 @@ def test_a_50_mb_logprobs_list_is_refused_for_its_decision(client: httpx.Client,
 def test_a_logprobs_list_longer_than_max_tokens_is_refused(client: httpx.Client, fake_model: FakeModel) -> None:
     fake_model.tokens = "vllm"
     fake_model.default = tool_call(*["move_left"] * 8)  # the stand-in tokenizer makes ~40 completion tokens
-    result = rollout(client, react(fake_model, 1, record={"logprobs": True}, max_tokens=16))
+    result = post_rollout(client, react(fake_model, 1, record={"logprobs": True}, max_tokens=16))
     (step,) = result["trajectories"][0]["steps"]
     reason = step["info"]["tokens"]["tokens_missing_reason"]
     assert reason.startswith("invalid token data: choices[0].token_ids has ") and reason.endswith(
@@ -347,7 +338,7 @@ def test_openai_gets_only_its_own_fields_and_gives_token_strings(make_app_server
     fake_model.tokens = "openai"  # refuses vLLM's fields with a 400, as OpenAI does
     body = react(fake_model, 2, record={"logprobs": True})
     body["policy"]["config"] = {"provider": "openai", "model": "gpt-4o-mini", "max_llm_calls": 2}
-    result = rollout(server.client(), body)
+    result = post_rollout(server.client(), body)
     assert result["metrics"]["details"]["stop_reason"] == "completed"
     sent = fake_model.requests[0].body
     assert (sent["logprobs"], sent["top_logprobs"]) == (True, 0) and "return_token_ids" not in sent
@@ -367,6 +358,6 @@ def test_an_openai_reasoning_model_is_not_asked(make_app_server: Any, fake_model
     fake_model.tokens = "openai"
     body = react(fake_model, 1, record={"logprobs": True})
     body["policy"]["config"] = {"provider": "openai", "model": "gpt-5-mini", "max_llm_calls": 1}
-    (step,) = rollout(server.client(), body)["trajectories"][0]["steps"]
+    (step,) = post_rollout(server.client(), body)["trajectories"][0]["steps"]
     assert "logprobs" not in fake_model.requests[0].body
     assert step["info"]["tokens"]["tokens_missing_reason"] == "OpenAI's reasoning model gpt-5-mini returns no logprobs"

@@ -9,7 +9,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from task_app.core.contracts import RolloutRequest
+import httpx
+
+from task_app.core.contracts import RolloutRequest, RolloutResponse
 from task_app.core.settings import Settings
 from task_app.game import WorldFactory
 from task_app.rollout.control import RunControl
@@ -135,3 +137,12 @@ def deaths_rollout(worlds: WorldFactory, run_id: str = "deaths", decisions: int 
         on_done="reset",
     )
     return run_rollout(plan, ScriptedPolicy([["noop"] * NOOPS]), worlds)
+
+
+def post_rollout(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
+    """POST /rollout, expect 200 and a body that validates as a RolloutResponse; return the body."""
+    response = client.post("/rollout", json=body)
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    RolloutResponse.model_validate(result)
+    return result
