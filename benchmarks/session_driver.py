@@ -5,8 +5,9 @@
 N sessions start together, each on a new seed: `client.env(seed)`, then K times a think time of T
 seconds (the model's turn) and one `step`, then `terminate` (`async with`). One `AsyncClient` with
 its default pool, and no retries (`RetryPolicy.never()`), so every 429 the server answers is counted.
-Prints one JSON line: the wall time from the go to the last session's end, steps, each step's
-latency, the errors by kind, and this process's CPU seconds.
+Prints one JSON line: the wall time from the go to the last session's end, steps, calls, the
+sessions' stepping time (from each create's answer to its last step, summed), each step's latency,
+the errors by kind, and this process's CPU seconds.
 """
 
 from __future__ import annotations
@@ -32,22 +33,28 @@ ACTIONS = ("noop", "move_left")
 async def _drive(app_url: str, seeds: range, steps: int, think_s: float, pool: int | None) -> dict[str, Any]:
     latencies: list[float] = []
     errors: Counter[str] = Counter()
-    done = 0
+    done = calls = 0
+    stepping = 0.0  # summed over sessions: from the create's answer to the session's end
     limits = DEFAULT_LIMITS if pool is None else httpx.Limits(max_connections=pool, max_keepalive_connections=pool)
     async with AsyncClient(app_url, API_KEY, retry=RetryPolicy.never(), limits=limits) as client:
 
         async def session(seed: int) -> None:
-            nonlocal done
+            nonlocal done, calls, stepping
             try:
                 async with client.env(seed) as env:
+                    opened = time.perf_counter()
+                    calls += 2  # the create and the terminate
                     for index in range(steps):
                         await asyncio.sleep(think_s)
                         started = time.perf_counter()
                         result = await env.step(ACTIONS[index % 2])
                         latencies.append(time.perf_counter() - started)
                         done += 1
+                        calls += 1
                         if result.done:
                             await env.reset()
+                            calls += 1
+                    stepping += time.perf_counter() - opened
             except APIStatusError as exc:
                 errors[f"HTTP {exc.status} {exc.code}"] += 1
             except TaskAppClientError as exc:
@@ -63,6 +70,8 @@ async def _drive(app_url: str, seeds: range, steps: int, think_s: float, pool: i
         "wall_s": wall,
         "cpu_s": time.process_time() - cpu,
         "steps": done,
+        "calls": calls,
+        "stepping_s": stepping,
         "step_s": latencies,
         "errors": dict(errors),
     }

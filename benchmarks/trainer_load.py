@@ -6,6 +6,10 @@
 
     ideal       sessions / think time steps per second (512/s): every session always thinking
     achieved    steps / wall time from the go to the last session's end (creates and terminates inside)
+    stepping    the same share with the create ramp left out: steps x think time / the sessions'
+                summed time from their create's answer to their end (1.0: no step waited at all)
+    CPU/call    server and client CPU per call (creates, steps, resets, terminates): unlike the
+                shares, little moved by other load on the machine
     429s        answers 429 of any kind (too_many_live_envs, too_many_envs, env_rate_limited); none at
                 the defaults is the target, so the driver does not retry
     loop lag    p99 and max inside the server over the window (the probe of B3)
@@ -50,6 +54,7 @@ async def _window(app: Served, sessions: int, steps: int, first_seed: int) -> di
     latencies = outcome["step_s"] or [float("nan")]
     return {
         "ratio": outcome["steps"] / wall / (sessions / THINK_S),
+        "ratio_stepping": outcome["steps"] * THINK_S / max(outcome["stepping_s"], 1e-9),
         "rate": outcome["steps"] / wall,
         "step_p50": percentile(latencies, 50) * 1000,
         "step_p99": percentile(latencies, 99) * 1000,
@@ -60,6 +65,8 @@ async def _window(app: Served, sessions: int, steps: int, first_seed: int) -> di
         "rss_peak": rss_peak[0] / 2**20,
         "cpu_share": cpu / wall,
         "client_cpu_share": outcome["cpu_s"] / wall,
+        "cpu_per_call": cpu / max(outcome["calls"], 1) * 1000,
+        "client_cpu_per_call": outcome["cpu_s"] / max(outcome["calls"], 1) * 1000,
     }
 
 
@@ -73,6 +80,7 @@ def _figures(sessions: int, steps: int) -> dict[str, Figure]:
     return {
         "rate": figure("steps_per_s", f"steps/s (ideal {sessions / THINK_S:g})", "1/s", digits=1),
         "ratio": figure("ratio_to_ideal", "share of ideal", "", target=(">=", 0.95)),
+        "ratio_stepping": figure("ratio_to_ideal_stepping", "share of ideal, the create ramp left out", ""),
         "step_p50": figure("step_p50_ms", "/step latency p50, client", "ms", digits=1),
         "step_p99": figure("step_p99_ms", "/step latency p99, client", "ms", digits=1),
         "lag_p99": figure("loop_lag_p99_ms", "event-loop lag p99, in server", "ms", target=("<=", 20.0), digits=1),
@@ -82,6 +90,8 @@ def _figures(sessions: int, steps: int) -> dict[str, Figure]:
         "rss_peak": figure("rss_peak_mb", "server RSS peak", "MB", digits=0),
         "cpu_share": figure("server_cpu_cores", "server CPU, cores busy", "cores"),
         "client_cpu_share": figure("client_cpu_cores", "client library CPU, cores", "cores"),
+        "cpu_per_call": figure("server_cpu_per_call_ms", "server CPU per call", "ms"),
+        "client_cpu_per_call": figure("client_cpu_per_call_ms", "client library CPU per call", "ms"),
     }
 
 

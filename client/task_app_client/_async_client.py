@@ -15,6 +15,7 @@ from ._client import DEFAULT_LIMITS, Client, Env
 from ._config import RetryPolicy, Timeout
 from ._errors import TaskAppClientError
 from ._flow import Flow, Sleep
+from ._pool import ShardedPool
 from ._requests import ObservationFormat
 from ._results import (
     AbortResult,
@@ -46,9 +47,7 @@ class AsyncClient(BaseClient):
         limits: httpx.Limits = DEFAULT_LIMITS,
     ) -> None:
         super().__init__(base_url, api_key, timeout, retry)
-        self._http = httpx.AsyncClient(
-            base_url=self._config.base_url, headers=self._headers(), transport=transport, limits=limits
-        )
+        self._http = ShardedPool(self._config.base_url, self._headers(), limits, transport)
 
     async def _run(self, flow: Flow[T]) -> T:
         reply: httpx.Response | None = None
@@ -62,11 +61,8 @@ class AsyncClient(BaseClient):
             if isinstance(step, Sleep):
                 await asyncio.sleep(step.seconds)
                 continue
-            call = step.call
             try:
-                reply = await self._http.request(
-                    call.method, call.path, json=call.json, params=call.params, timeout=step.timeout
-                )
+                reply = await self._http.send(step)
             except httpx.TransportError as exc:
                 failure = exc
 

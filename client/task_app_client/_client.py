@@ -29,9 +29,10 @@ from ._results import (
 )
 
 T = TypeVar("T")
-# A trainer keeps many envs in flight at once (TRL one per rollout slot, hundreds in its async mode);
-# httpx's own default of 100 connections would queue their steps behind each other.
-DEFAULT_LIMITS = httpx.Limits(max_connections=256, max_keepalive_connections=64)
+# A trainer keeps many envs and rollouts in flight at once (TRL one per rollout slot, a thousand in an
+# async trainer): as many connections as calls in flight, each kept open for the next call rather than
+# closed and opened again (docs/client.md, "Many calls in flight"). The async client shards them.
+DEFAULT_LIMITS = httpx.Limits(max_connections=1024, max_keepalive_connections=1024)
 
 
 class Client(BaseClient):

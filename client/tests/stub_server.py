@@ -4,9 +4,10 @@
         stub.script(Reply(429, ERROR, {"Retry-After": "1"}), Reply(200, {...}))
         ... Client(stub.base_url, KEY).info() ...
         stub.arrivals                                  # [(monotonic time, method, path), ...]
+        stub.connections                               # opened so far; stub.peak_connections: most open at once
 
 Each request takes the next scripted reply (then `default`). A reply may `stall` (answer nothing
-until the server stops) or `drop` the connection without answering.
+until the server stops), `drop` the connection without answering, or answer after `delay_s`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     stall: bool = False
     drop: bool = False
+    delay_s: float = 0.0
 
 
 def app_error(code: str, retryable: bool | None = None) -> dict[str, Any]:
@@ -40,14 +42,20 @@ def app_error(code: str, retryable: bool | None = None) -> dict[str, Any]:
     return {"error": error, "detail": error["message"]}
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 256  # the listen backlog: many clients connect at once
+
+
 class StubServer:
     def __init__(self, default: Reply | None = None) -> None:
         self.default = default or Reply(200, {})
         self.arrivals: list[tuple[float, str, str]] = []
+        self.connections = self.peak_connections = 0
+        self._open = 0
         self._script: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._released = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="stub-server", daemon=True)
 
@@ -70,11 +78,25 @@ class StubServer:
             self.arrivals.append((time.monotonic(), method, path))
             return self._script.popleft() if self._script else self.default
 
+    def _opened(self, change: int) -> None:
+        with self._lock:
+            self._open += change
+            self.connections += max(change, 0)
+            self.peak_connections = max(self.peak_connections, self._open)
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"  # keep-alive, as the app's uvicorn
+
+            def setup(self) -> None:
+                stub._opened(1)
+                super().setup()
+
+            def finish(self) -> None:
+                super().finish()
+                stub._opened(-1)
 
             def do_GET(self) -> None:
                 self._answer()
@@ -87,6 +109,7 @@ class StubServer:
                 reply = stub._next(self.command, self.path)
                 if reply.stall:
                     stub._released.wait(STALL_LIMIT_S)
+                time.sleep(reply.delay_s)
                 if reply.stall or reply.drop:
                     self.close_connection = True
                     return
