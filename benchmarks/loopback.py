@@ -12,16 +12,18 @@ from typing import Any
 
 import uvicorn
 
-from task_app.web.local_server import HTTP_PARSER, bind_socket, serve_processes
+from task_app.web.local_server import HTTP_PARSER, WS_PER_MESSAGE_DEFLATE, bind_socket, serve_processes
 
 
 def serve_on_loopback(app: Any, *, announce: dict[str, Any] | None = None, **options: Any) -> int:
-    """Serve `app` under uvicorn (h11, no access log, 60 s keep-alive; `options` override) until interrupted.
-    With `workers` > 1 in `options`, `app` is an import string and that many processes share the socket."""
+    """Serve `app` under uvicorn (h11, uncompressed WebSocket messages, no access log, 60 s keep-alive;
+    `options` override) until interrupted. With `workers` > 1 in `options`, `app` is an import string and
+    that many processes share the socket."""
     sock = bind_socket("127.0.0.1", 0)
     print(json.dumps({"port": sock.getsockname()[1], **(announce or {})}), flush=True)
     defaults: dict[str, Any] = {
         "http": HTTP_PARSER,
+        "ws_per_message_deflate": WS_PER_MESSAGE_DEFLATE,
         "log_level": "warning",
         "access_log": False,
         "timeout_keep_alive": 60,

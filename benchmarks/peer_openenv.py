@@ -7,7 +7,8 @@ Run by B6 with the interpreter `OPENENV_PYTHON` names (default: this one), in a 
 the dev virtualenv). Built as OpenEnv's docs recommend for a new environment: `Action`, `Observation`
 and `State` models, an `Environment` subclass (`reset`, `step`, `state`) marked
 `SUPPORTS_CONCURRENT_SESSIONS`, and `create_app(...)` served by uvicorn with the app's own options
-(h11, asyncio, no access log: `benchmarks.loopback`).
+(h11, asyncio, no access log: `benchmarks.loopback`) but for WebSocket compression, on as in OpenEnv's
+template (the app's server turns it off).
 
 The environment plays the app's game layer (`task_app.game`: the same world generator, step and
 observation text), so both servers do the same game work per step and the figures compare the serving
@@ -95,7 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     app = create_app(
         CrafterEnvironment, CrafterAction, CrafterObservation, env_name="crafter", max_concurrent_envs=args.max_sessions
     )
-    return serve_on_loopback(app, lifespan="on", loop="asyncio")
+    # WebSocket messages compressed: uvicorn's default, which OpenEnv's template serves with
+    # (`uvicorn server.app:app`); the app's server turns it off (docs/decisions/websocket.md)
+    return serve_on_loopback(app, lifespan="on", loop="asyncio", ws_per_message_deflate=True)
 
 
 if __name__ == "__main__":

@@ -394,3 +394,14 @@ def test_mcp_over_http_and_the_websocket_frame(make_app_server: Any) -> None:
     wait_until(lambda: server.health()["sessions"]["websockets"] == 0)
     with connect(ws_url(one) + "?session_id=" + "x" * 22, open_timeout=5) as unknown:
         assert json.loads(unknown.recv(timeout=10))["data"]["code"] == "SESSION_ERROR"
+
+
+def test_websocket_messages_go_uncompressed(make_app_server: Any) -> None:
+    """The client offers permessage-deflate (websockets' default); the server declines it, so no message
+    costs either end a zlib pass (docs/decisions/websocket.md)."""
+    server: AppServer = make_app_server()
+    with connect(ws_url(mint(server.client())["base_url"]), open_timeout=5) as socket:
+        assert "permessage-deflate" in (socket.request.headers.get("Sec-WebSocket-Extensions") or "")
+        assert socket.response.headers.get("Sec-WebSocket-Extensions") is None
+        socket.send(json.dumps({"type": "reset", "data": {"seed": 3}}))
+        assert json.loads(socket.recv(timeout=30))["type"] == "observation"

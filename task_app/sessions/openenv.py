@@ -251,6 +251,7 @@ class WsConnection:
         self.local_id = secrets.token_urlsafe(16)
         self.game: Game | None = None
         self.episode = Episode(number=0)
+        self.task_id: str | None = None  # the task whose world the local game plays (set at each reset)
         self.last: EnvView | None = None
 
     async def handle(self, text: str) -> tuple[dict[str, Any] | None, bool]:
@@ -303,6 +304,7 @@ class WsConnection:
         if replaced is not None:
             replaced.close()
         self.episode = self.episode.next(request.episode_id)
+        self.task_id = self._task_of(seed)
         self.last = self._view(await self.offload(self.game.observe))
         return {"type": "observation", "data": observation_payload(self.last, stepped=False)}
 
@@ -394,11 +396,15 @@ class WsConnection:
     ) -> EnvView:
         if self.game is None:  # pragma: no cover - only called after a reset
             raise RuntimeError("no game")
-        task_id = None
-        if self.spec.area == self.tools.tasks.area:
-            with suppress(InvalidRequest):
-                task_id = self.tools.tasks.task_of_seed(int(self.game.env._seed)).task_id
-        return view_of(self.local_id, self.game, self.episode, observation, outcome, plan, task_id=task_id)
+        return view_of(self.local_id, self.game, self.episode, observation, outcome, plan, task_id=self.task_id)
+
+    def _task_of(self, seed: int) -> str | None:
+        """The task a seed's world is (None: a seed in no split, or a world of another area)."""
+        if self.spec.area != self.tools.tasks.area:
+            return None
+        with suppress(InvalidRequest):
+            return self.tools.tasks.task_of_seed(seed).task_id
+        return None
 
 
 class WsCapacity:

@@ -23,6 +23,9 @@ from .server import create_app
 # is (core.http1 parses answers with it); the app's limits and errors are those it shows under h11
 # (a 64 KB request target is the app's 422 with h11, a bare 400 from uvicorn's httptools protocol).
 HTTP_PARSER = "h11"
+# WebSocket messages go uncompressed (uvicorn's default negotiates permessage-deflate): compressing each
+# reply costs the server, and inflating it the client, a zlib pass per message (docs/decisions/websocket.md).
+WS_PER_MESSAGE_DEFLATE = False
 
 
 class _ThreadServer(uvicorn.Server):
@@ -80,7 +83,14 @@ DOORS_FROM_ENV = f"{__name__}:{doors_from_env.__name__}"
 
 @contextmanager
 def _serving(app: ASGIApp, socks: list[socket.socket], startup_timeout_s: float) -> Iterator[None]:
-    config = uvicorn.Config(app, http=HTTP_PARSER, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+    config = uvicorn.Config(
+        app,
+        http=HTTP_PARSER,
+        ws_per_message_deflate=WS_PER_MESSAGE_DEFLATE,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
     server = _ThreadServer(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": socks}, daemon=True)
     thread.start()
