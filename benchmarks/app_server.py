@@ -33,13 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settings", default="{}", help="Settings fields as a JSON object")
     parser.add_argument("--uvicorn", default="{}", help="uvicorn options on top, as a JSON object (e.g. access_log)")
     parser.add_argument("--processes", type=int, default=1, help="app processes on the port (task-app serve's)")
+    parser.add_argument("--ors", action="store_true", help="the Open Reward Standard on a second port (one process)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     fields = json.loads(args.settings)
     settings = Settings(**fields, processes=args.processes)  # refuses a memory state store for several
     options = {"lifespan": "on", "loop": "asyncio", "timeout_graceful_shutdown": 10, **json.loads(args.uvicorn)}
     if args.processes == 1:
-        return serve_on_loopback(create_app(settings), announce={"pid": os.getpid()}, **options)
+        return serve_on_loopback(create_app(settings), announce={"pid": os.getpid()}, ors=args.ors, **options)
     for name, value in fields.items():  # each process builds its app from the environment
         os.environ[_variable(name)] = value if isinstance(value, str) else json.dumps(value)
     return serve_on_loopback(

@@ -12,15 +12,20 @@ from typing import Any
 
 import uvicorn
 
-from task_app.web.local_server import HTTP_PARSER, WS_PER_MESSAGE_DEFLATE, bind_socket, serve_processes
+from task_app.web.local_server import HTTP_PARSER, WS_PER_MESSAGE_DEFLATE, bind_socket, serve_processes, with_ors
 
 
-def serve_on_loopback(app: Any, *, announce: dict[str, Any] | None = None, **options: Any) -> int:
+def serve_on_loopback(app: Any, *, announce: dict[str, Any] | None = None, ors: bool = False, **options: Any) -> int:
     """Serve `app` under uvicorn (h11, uncompressed WebSocket messages, no access log, 60 s keep-alive;
     `options` override) until interrupted. With `workers` > 1 in `options`, `app` is an import string and
-    that many processes share the socket."""
-    sock = bind_socket("127.0.0.1", 0)
-    print(json.dumps({"port": sock.getsockname()[1], **(announce or {})}), flush=True)
+    that many processes share the socket.
+    With `ors`, the Open Reward Standard on `app`'s state on a second port (announced as `ors_port`)."""
+    socks = [bind_socket("127.0.0.1", 0)]
+    if ors:
+        socks.append(bind_socket("127.0.0.1", 0))
+        app = with_ors(app, socks[1].getsockname()[1])
+    ports = {"port": socks[0].getsockname()[1], **({"ors_port": socks[1].getsockname()[1]} if ors else {})}
+    print(json.dumps({**ports, **(announce or {})}), flush=True)
     defaults: dict[str, Any] = {
         "http": HTTP_PARSER,
         "ws_per_message_deflate": WS_PER_MESSAGE_DEFLATE,
@@ -32,9 +37,9 @@ def serve_on_loopback(app: Any, *, announce: dict[str, Any] | None = None, **opt
     config = uvicorn.Config(app, **{**defaults, **options})
     try:
         if config.workers > 1:
-            serve_processes(config, [sock])
+            serve_processes(config, socks)
         else:
-            uvicorn.Server(config).run(sockets=[sock])
+            uvicorn.Server(config).run(sockets=socks)
     except KeyboardInterrupt:  # uvicorn re-raises the SIGINT it shut down on
         pass
     return 0

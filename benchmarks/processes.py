@@ -149,7 +149,8 @@ def _start(name: str, module: str, args: list[str], python: str = sys.executable
     if not line:
         process.wait(timeout=STOP_TIMEOUT_S)
         raise RuntimeError(f"{name} exited before printing its port; see {log_path}")
-    return Served(name, process, int(json.loads(line)["port"]), log_path)
+    announced = json.loads(line)
+    return Served(name, process, int(announced["port"]), log_path, extra=announced)
 
 
 def _wait_ready(served: Served, path: str) -> None:
@@ -189,15 +190,18 @@ def fake_model(latency_s: float = 0.0, actions: int = 1) -> Iterator[Served]:
 
 
 @contextmanager
-def app_server(*, traces_dir: Path | None = None, processes: int = 1, **overrides: Any) -> Iterator[Served]:
+def app_server(
+    *, traces_dir: Path | None = None, processes: int = 1, ors: bool = False, **overrides: Any
+) -> Iterator[Served]:
     """The task app with `Settings(environment_api_key=API_KEY, traces_db=<temp dir>, **overrides)`; with
-    `processes` > 1 served as `task-app serve --processes N` (their state store a sqlite file beside the traces)."""
+    `processes` > 1 served as `task-app serve --processes N` (their state store a sqlite file beside the traces);
+    with `ors`, the Open Reward Standard on a second port (`extra["ors_port"]`)."""
     with tempfile.TemporaryDirectory(prefix="bench-traces-") as temporary:
         directory = traces_dir or Path(temporary)
         settings = {"environment_api_key": API_KEY, "traces_db": str(directory / "traces.db"), **overrides}
         if processes > 1:
             settings.setdefault("state_backend", f"sqlite:{directory / 'state.db'}")
-        arguments = ["--settings", json.dumps(settings), "--processes", str(processes)]
+        arguments = ["--settings", json.dumps(settings), "--processes", str(processes), *(["--ors"] if ors else [])]
         served = _start("app_server", "benchmarks.app_server", arguments)
         served.extra["traces_db"] = directory / "traces.db"
         try:

@@ -7,6 +7,9 @@
                  checkpoint + at most K log entries; after 100, 1,000 and 10,000 logged steps, against
                  replaying the whole log (checkpoints off); and on the modal-dict double with 20 ms
                  calls (a simulation of Modal's round trips: there is no Modal account here)
+    doors        the same step through the MCP door (`/mcp`, tools/call of interact_many) and the ORS door
+                 (`/call` on the ORS port), 1 client: server CPU and latency per step, and their ratio to
+                 /step's in the same server (memory backend)
     WebSocket    OpenEnv steps per second over one connection, and over 8 at once
     memory       RSS per live env in the server (200 envs created and stepped)
     store bytes  per env (after create and after 100 steps), per log entry, per snapshot (keys included)
@@ -68,8 +71,10 @@ def _session(concurrency: int) -> aiohttp.ClientSession:
     )
 
 
-async def _post(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> dict[str, Any]:
-    async with http.post(url, json=body) as response:
+async def _post(
+    http: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> dict[str, Any]:
+    async with http.post(url, json=body, headers=headers) as response:
         data: dict[str, Any] = orjson.loads(await response.read())
         if response.status != 200:
             raise RuntimeError(f"{url}: HTTP {response.status}: {data}")
@@ -149,6 +154,93 @@ def _step_figures(repetitions: int, quick: bool) -> list[Figure]:
                 p99.values.append(_percentile(latencies, 0.99) * 1000)
             figures += [cpu, ratio, p50, p99]
     return figures
+
+
+MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+async def _mcp_call(http: aiohttp.ClientSession, url: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+    result: dict[str, Any] = (await _post(http, url, body, MCP_HEADERS))["result"]
+    if result.get("isError"):
+        raise RuntimeError(f"MCP {name}: {result}")
+    return result
+
+
+async def _timed(steps: int, app: Served, one: Any) -> tuple[list[float], float]:
+    """`await one(index)` `steps` times: each one's latency (s) and the server CPU seconds they cost."""
+    latencies: list[float] = []
+    cpu = app.cpu_s()
+    for index in range(steps):
+        started = time.perf_counter()
+        await one(index)
+        latencies.append(time.perf_counter() - started)
+    return latencies, app.cpu_s() - cpu
+
+
+async def _door_steps(app: Served, steps: int) -> dict[str, tuple[list[float], float]]:
+    """1 client's steps through /step, MCP and ORS, one after another on the same server (an episode that
+    ends starts again: reset, start, a new ORS session)."""
+    found: dict[str, tuple[list[float], float]] = {}
+    async with _session(1) as http:
+        env_id = (await _post(http, app.url + "/create", {"env_name": "crafter", "seed": 1}))["env_id"]
+
+        async def step(index: int) -> None:
+            body = {"env_id": env_id, "tool_calls": STEP if index % 2 else NOOP}
+            if (await _post(http, app.url + "/step", body))["done"]:
+                await _post(http, app.url + "/reset", {"env_id": env_id})
+
+        mcp = app.url + "/mcp"
+        session_id = (await _mcp_call(http, mcp, "start", {"seed": 1}))["structuredContent"]["session_id"]
+
+        async def mcp_step(index: int) -> None:
+            actions = ["move_left"] if index % 2 else ["noop"]
+            result = await _mcp_call(http, mcp, "interact_many", {"session_id": session_id, "actions": actions})
+            if result["structuredContent"]["done"]:
+                await _mcp_call(http, mcp, "start", {"session_id": session_id, "seed": 1})
+
+        ors, ors_headers = f"http://127.0.0.1:{app.extra['ors_port']}", {}
+
+        async def ors_session() -> None:
+            async with http.post(ors + "/create_session") as response:
+                ors_headers["X-Session-ID"] = (await response.text()).split("event: task_id\ndata: ")[1].split("\n")[0]
+            await _post(http, ors + "/create", {"split": "train", "index": 1}, ors_headers)
+
+        async def ors_step(index: int) -> None:
+            body = {"name": "interact_many", "input": {"actions": ["move_left"] if index % 2 else ["noop"]}}
+            async with http.post(ors + "/call", json=body, headers=ors_headers) as response:
+                answer = orjson.loads((await response.text()).split("event: end\ndata: ")[1].split("\n")[0])
+            if not answer["ok"]:
+                raise RuntimeError(f"ORS /call: {answer}")
+            if answer["output"]["finished"]:
+                await _post(http, ors + "/delete", {}, ors_headers)
+                await ors_session()
+
+        await ors_session()
+        for name, one in (("step", step), ("mcp", mcp_step), ("ors", ors_step)):
+            await one(0)  # warm
+            found[name] = await _timed(steps, app, one)
+    return found
+
+
+def _door_figures(repetitions: int, quick: bool) -> list[Figure]:
+    doors = {"step": "/step", "mcp": "MCP tools/call", "ors": "ORS /call"}
+    cpu = {name: _figure(f"door_cpu_{name}", f"{label} server CPU, 1 client", "ms") for name, label in doors.items()}
+    p50 = {name: _figure(f"door_p50_{name}", f"{label} latency p50, 1 client", "ms") for name, label in doors.items()}
+    ratios = {
+        name: _figure(f"door_ratio_{name}", f"{doors[name]} server CPU / /step's", "x", target=("<=", 1.5))
+        for name in ("mcp", "ors")
+    }
+    steps = 300 if quick else 1000
+    for _ in range(repetitions):
+        with app_server(tracing_enabled=False, sessions_rate_per_s=1e6, ors=True) as app:
+            found = anyio.run(_door_steps, app, steps)
+        for name, (latencies, cpu_s) in found.items():
+            cpu[name].values.append(cpu_s / len(latencies) * 1000)
+            p50[name].values.append(statistics.median(latencies) * 1000)
+        for name, ratio in ratios.items():
+            ratio.values.append(cpu[name].values[-1] / cpu["step"].values[-1])
+    return [*cpu.values(), *p50.values(), *ratios.values()]
 
 
 async def _grown(store: StateStore, worlds: WorldFactory, entries: int, checkpoint_every: int) -> str:
@@ -387,6 +479,7 @@ def _bytes_figures(quick: bool) -> list[Figure]:
 def run(repetitions: int, quick: bool) -> list[Figure]:
     return [
         *_step_figures(repetitions, quick),
+        *_door_figures(repetitions, quick),
         *_rebuild_figures(repetitions, quick),
         *_server_figures(repetitions, quick),
         *_bytes_figures(quick),

@@ -199,3 +199,31 @@ def test_the_docs_example_runs(
     exec(compile(example, str(doc), "exec"), {})  # the page's own code, nothing else
     assert "return:" in capsys.readouterr().out
     assert short_app.state.sessions.envs.stats()["live"] == 0  # the example ended its session
+
+
+def test_a_plain_tool_call_is_answered_as_the_sdk_answers_it(short_app: AppServer) -> None:
+    """A bare tools/call is answered beside the SDK's transport (mcp_server.py); with `_meta` the SDK answers.
+    Same call, same JSON: for a result, a tool error, and a malformed request (the SDK's own error)."""
+    client = short_app.client()
+    headers = {"Accept": "application/json, text/event-stream"}
+
+    def both(name: str, arguments: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        params: dict[str, Any] = {"name": name, "arguments": arguments}
+        bodies = [
+            {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": p} for p in (params, {**params, "_meta": {}})
+        ]
+        answers = [client.post("/mcp", json=body, headers=headers) for body in bodies]
+        assert [answer.status_code for answer in answers] == [200, 200]
+        return answers[0].json(), answers[1].json()
+
+    start = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "start", "arguments": {"seed": 3}}}
+    started = client.post("/mcp", json=start, headers=headers).json()
+    assert started["id"] == 1 and started["result"]["isError"] is False
+    sid = started["result"]["structuredContent"]["session_id"]
+    fast, sdk = both("observe", {"session_id": sid})
+    assert fast == sdk and fast["result"]["structuredContent"]["session_id"] == sid
+    fast, sdk = both("observe", {"session_id": "nope"})
+    assert fast == sdk and fast["result"]["isError"] is True
+    broken = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call"'
+    malformed = client.post("/mcp", content=broken, headers={**headers, "Content-Type": "application/json"})
+    assert malformed.status_code == 400 and malformed.json()["error"]["code"] == -32700  # the SDK's parse error

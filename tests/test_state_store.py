@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -102,6 +103,31 @@ async def test_open_store_reads_the_setting(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown state backend"):
         async with open_store("redis:localhost"):
             pass
+
+
+async def test_a_sqlite_write_waits_in_the_thread_while_another_writer_holds_the_file(tmp_path: Path) -> None:
+    """One-key writes run on the loop with no busy wait; a busy file sends them to aiosqlite's thread, which
+    waits for the other writer (sqlite.py) instead of failing."""
+    store = await SqliteStore(tmp_path / "state.db").open()
+    other = sqlite3.connect(tmp_path / "state.db", isolation_level=None, check_same_thread=False)
+    try:
+        await store.put("free", b"1")  # on the loop
+        other.execute("BEGIN IMMEDIATE")  # holds the write lock
+        other.execute("INSERT INTO kv (key, value) VALUES ('theirs', x'00')")
+
+        async def release_later() -> None:
+            await anyio.sleep(0.3)
+            other.execute("COMMIT")
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(release_later)
+            started = anyio.current_time()
+            assert await store.put_if_absent("claimed", b"2")
+            assert anyio.current_time() - started >= 0.25  # it waited for the commit, off the loop
+        assert await store.get_many(["free", "claimed", "theirs"]) == [b"1", b"2", b"\x00"]
+    finally:
+        other.close()
+        await store.close()
 
 
 async def test_an_unusable_sqlite_path_is_a_precise_error(tmp_path: Path) -> None:

@@ -16,6 +16,11 @@ programs. A failure is a tool error (`isError`) whose structured content is the 
 request: a missing or wrong key gets 401, and more than `TASKAPP_MCP_MAX_IN_FLIGHT` requests at once in a
 process get 429 with `Retry-After`.
 
+A `tools/call` alone (a JSON-RPC request, JSON answer, no `_meta`) is answered here without the SDK's
+transport: in stateless mode the SDK builds a transport, a task group and memory streams per request, which
+cost more than the step itself (docs/performance.md). The answer is the one the SDK gives (the result
+through its `CallToolResult`); anything else, or anything malformed, goes to the SDK as sent.
+
 Both lines of the SDK run it (1.x registers handlers with decorators, 2.x takes them in the constructor;
 the wire types are built from their JSON form, which both lines share).
 """
@@ -31,12 +36,14 @@ import mcp.types as types
 from fastapi import FastAPI
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.version import SUPPORTED_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import HTTPConnection
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from ..core.errors import InvalidRequest, RateLimited, StoreUnavailable, TaskAppError, error_body
+from ..core.json_codec import dumps_bytes, loads
 from ..core.settings import Settings
 from ..game import TOOL_NAME
 from ..policy.prompts import system_prompt
@@ -175,6 +182,57 @@ def build_server(get_state: Callable[[], AppState], settings: Settings) -> Any:
     return server
 
 
+def _tool_call(message: Any) -> tuple[int | str, str, dict[str, Any] | None] | None:
+    """(id, name, arguments) of a plain `tools/call` request, else None (the SDK handles it)."""
+    if not isinstance(message, dict) or message.keys() - {"jsonrpc", "id", "method", "params"}:
+        return None
+    request_id, params = message.get("id"), message.get("params")
+    if message.get("jsonrpc") != "2.0" or message.get("method") != "tools/call" or not isinstance(params, dict):
+        return None
+    if isinstance(request_id, bool) or not isinstance(request_id, int | str) or params.keys() - {"name", "arguments"}:
+        return None
+    name, arguments = params.get("name"), params.get("arguments")
+    if not isinstance(name, str) or not (arguments is None or isinstance(arguments, dict)):
+        return None
+    return request_id, name, arguments
+
+
+def _plain_json_post(scope: Scope) -> bool:
+    """A POST the SDK would take as a JSON-RPC message with a JSON answer."""
+    headers = HTTPConnection(scope).headers
+    content_type = headers.get("content-type", "").split(";")[0].strip()
+    accepts = [part.strip() for part in headers.get("accept", "").split(",")]
+    version_ok = headers.get("mcp-protocol-version", SUPPORTED_PROTOCOL_VERSIONS[-1]) in SUPPORTED_PROTOCOL_VERSIONS
+    return (
+        scope["method"] == "POST"
+        and content_type == "application/json"
+        and any(part.startswith("application/json") for part in accepts)
+        and version_ok
+    )
+
+
+async def _read_body(receive: Receive) -> tuple[bytes, Receive]:
+    """The request's body, and a `receive` that gives it again (for the SDK)."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return b"", receive
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    body, replayed = b"".join(chunks), False
+
+    async def replay() -> Message:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return body, replay
+
+
 class McpEndpoint:
     """The ASGI app at `/mcp`: the key, then the in-flight cap, then the SDK's transport."""
 
@@ -198,9 +256,35 @@ class McpEndpoint:
             return
         self.in_flight += 1
         try:
+            if _plain_json_post(scope):
+                raw, receive = await _read_body(receive)
+                call = _tool_call(_parsed(raw))
+                if call is not None:
+                    await _answer_tool_call(state, call, scope, receive, send)
+                    return
             await self.manager.handle_request(scope, receive, send)
         finally:
             self.in_flight -= 1
+
+
+def _parsed(body: bytes) -> Any:
+    try:
+        return loads(body, strict=True)
+    except ValueError:
+        return None  # the SDK answers it with its parse error
+
+
+async def _answer_tool_call(
+    state: AppState, call: tuple[int | str, str, dict[str, Any] | None], scope: Scope, receive: Receive, send: Send
+) -> None:
+    request_id, name, arguments = call
+    result = types.CallToolResult.model_validate(await call_tool(state, name, arguments))
+    answer = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "result": result.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
+    await JSONBytes(dumps_bytes(answer))(scope, receive, send)
 
 
 def install(app: FastAPI) -> None:
