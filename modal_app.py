@@ -378,18 +378,20 @@ class AppProcesses:
         self.process: subprocess.Popen[bytes] | None = None
         self._stopping = threading.Event()
         self._copier: threading.Thread | None = None
+        self._starting = threading.Lock()
 
     def start(self) -> None:
         """Start the processes, once: both web endpoints' methods call it when the container starts."""
-        if self.process is not None:
-            return
-        env = dict(os.environ)
-        if self.sync is not None:
-            self.sync.live.parent.mkdir(parents=True, exist_ok=True)
-            env["TASKAPP_TRACES_DB"] = str(self.sync.live)
-            self._copier = threading.Thread(target=self._copy_every_interval, args=(self.sync,), daemon=True)
-            self._copier.start()
-        self.process = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL)
+        with self._starting:
+            if self.process is not None:
+                return
+            env = dict(os.environ)
+            if self.sync is not None:
+                self.sync.live.parent.mkdir(parents=True, exist_ok=True)
+                env["TASKAPP_TRACES_DB"] = str(self.sync.live)
+                self._copier = threading.Thread(target=self._copy_every_interval, args=(self.sync,), daemon=True)
+                self._copier.start()
+            self.process = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL)
 
     def _copy_every_interval(self, sync: TraceSync) -> None:
         while not self._stopping.wait(sync.interval_s):

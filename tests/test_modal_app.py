@@ -854,9 +854,9 @@ def test_the_container_processes_share_env_sessions_runs_and_one_trace_database(
         wait_until(both_answer, timeout=120.0, interval=0.02)
         assert processes.process is not None and processes.process.pid not in pids
         assert fresh("GET", f"http://127.0.0.1:{ors_port}/list_environments").json() == ["crafter"]
-        created = fresh("POST", base_url + "/env/create", {"env_name": "crafter", "seed": 3}).json()
+        env_id = fresh("POST", base_url + "/env/create", {"env_name": "crafter", "seed": 3}).json()["env_id"]
         for index in range(1, 13):
-            stepped = fresh("POST", base_url + "/env/step", {"env_id": created["env_id"], "action": {"actions": ["noop"]}})
+            stepped = fresh("POST", base_url + "/env/step", {"env_id": env_id, "action": {"actions": ["noop"]}})
             assert stepped.status_code == 200, stepped.text
             assert stepped.json()["step_idx"] == index  # one env, whichever process took the step
         runs = [scripted(2) for _ in range(4)]
