@@ -16,6 +16,10 @@
             (https://<workspace>--<label>.modal.run, the app, MCP at /mcp included) and `ors_app`
             (https://<workspace>--<label>-ors.modal.run, the Open Reward Standard at the root of its own
             URL, as the openreward client needs; a view of the same app's state, key and caps).
+    processes TASKAPP_MODAL_PROCESSES=N > 1 swaps the two asgi_app endpoints for two `@modal.web_server` ports
+            of `task-app serve --processes N --ors-port` (`AppProcesses`): N processes on the container's cores,
+            sharing the Dict and one trace database; no memory snapshot, no `run_accepted` (the trade-offs:
+            docs/decisions/modal-processes.md).
 
 Deploy-time knobs are environment variables of the deploying shell (TASKAPP_MODAL_*, see `DeployConfig`).
 They are also written into the image environment, so this module evaluates to the same objects (the
@@ -39,6 +43,9 @@ import re
 import shutil
 import socket
 import sqlite3
+import subprocess
+import sys
+import threading
 import tomllib
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager, closing
@@ -84,6 +91,11 @@ IGNORE = [
 WARM_NUMBA_CACHE = "python -c 'import crafter; crafter.Env(area=(16, 16), length=10, seed=0).reset()'"
 TIMEOUT_MARGIN_S = 300  # function timeout beyond the longest rollout: final inference call, trace write
 MODAL_MAX_TIMEOUT_S = 86_400
+MAX_PROCESSES = 16
+# With several processes: the ports `task-app serve` listens on in the container, behind Modal's proxy,
+# and how long Modal waits for them (each process imports the app and compiles its kernels anew).
+APP_PORT, ORS_PORT = 8000, 8001
+PROCESSES_STARTUP_S = 300
 VENDOR_KEYS = {"openai": "OPENAI_API_KEY", "groq": "GROQ_API_KEY"}
 
 
@@ -115,6 +127,9 @@ class DeployConfig:
     timeout_s: int = 0  # 0: max_time_s + TIMEOUT_MARGIN_S
     memory_snapshot: bool = True
     commit_interval_s: int = 60
+    # App processes in the container (`task-app serve --processes N`); 1: the app in Modal's own process
+    # (docs/decisions/modal-processes.md: why 1 is the default).
+    processes: int = 1
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> DeployConfig:
@@ -152,6 +167,7 @@ class DeployConfig:
                     "need TASKAPP_MODAL_CPU > 0 and TASKAPP_MODAL_MEMORY_MB >= 512",
                 ),
                 (self.commit_interval_s < 5, "TASKAPP_MODAL_COMMIT_INTERVAL_S must be >= 5"),
+                (not 1 <= self.processes <= MAX_PROCESSES, f"TASKAPP_MODAL_PROCESSES must be in [1, {MAX_PROCESSES}]"),
                 (set(self.vendors) - set(VENDOR_KEYS), "TASKAPP_MODAL_VENDOR_SECRETS takes openai, groq or none"),
             )
             if failed
@@ -334,6 +350,81 @@ def container_name(environ: Mapping[str, str] = os.environ) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", raw)[:120]
 
 
+# --- several app processes in one container ------------------------------------------------------
+
+
+def serve_command(
+    config: DeployConfig, port: int = APP_PORT, ors_port: int = ORS_PORT, host: str = "0.0.0.0"
+) -> list[str]:
+    """What a container of `processes` > 1 runs: `task-app serve`, its processes sharing `port` (and the
+    Open Reward Standard on `ors_port`), each building the app from the image's environment."""
+    return [
+        *(sys.executable, "-m", "task_app.cli.main", "serve", "--host", host, "--port", str(port)),
+        *("--processes", str(config.processes), "--ors-port", str(ors_port)),
+    ]
+
+
+class AppProcesses:
+    """The container's app processes (`serve_command`), and their one trace database copied by this one.
+
+    The processes write the live database on local disk together (SQLite's WAL and its write lock work
+    between processes of one machine; the trace writer takes the lock with BEGIN IMMEDIATE and waits
+    `busy_timeout`); this process is the only one that copies it to the volume, as `TraceSync` does for
+    the single-process app, every `interval_s` from a thread and once more after the processes stopped.
+    """
+
+    def __init__(self, command: list[str], sync: TraceSync | None) -> None:
+        self.command, self.sync = command, sync
+        self.process: subprocess.Popen[bytes] | None = None
+        self._stopping = threading.Event()
+        self._copier: threading.Thread | None = None
+        self._starting = threading.Lock()
+
+    def start(self) -> None:
+        """Start the processes, once: both web endpoints' methods call it when the container starts."""
+        with self._starting:
+            if self.process is not None:
+                return
+            env = dict(os.environ)
+            if self.sync is not None:
+                self.sync.live.parent.mkdir(parents=True, exist_ok=True)
+                env["TASKAPP_TRACES_DB"] = str(self.sync.live)
+                self._copier = threading.Thread(target=self._copy_every_interval, args=(self.sync,), daemon=True)
+                self._copier.start()
+            self.process = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL)
+
+    def _copy_every_interval(self, sync: TraceSync) -> None:
+        while not self._stopping.wait(sync.interval_s):
+            anyio.run(sync.sync_logged)
+
+    def stop(self, timeout_s: float = 60.0) -> int | None:
+        """SIGTERM (uvicorn's graceful shutdown of every process), then the last copy; the exit code."""
+        self._stopping.set()
+        if self._copier is not None:
+            self._copier.join()
+        code = None
+        if self.process is not None:
+            self.process.terminate()
+            try:
+                code = self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                code = self.process.wait()
+        if self.sync is not None:
+            anyio.run(self.sync.sync_logged)
+        return code
+
+
+def app_processes(config: DeployConfig, commit: Commit | None) -> AppProcesses:
+    """This container's processes; their trace database is the container's, as `build_app`'s is."""
+    from task_app.core.settings import Settings
+
+    name = container_name()
+    live = LIVE_TRACES_DIR / f"{name}.db"
+    sync = TraceSync(live, VOLUME_TRACES_DIR / f"{name}.db", commit, config.commit_interval_s)
+    return AppProcesses(serve_command(config), sync if Settings().tracing_enabled else None)
+
+
 # --- the container -------------------------------------------------------------------------------
 
 
@@ -390,38 +481,62 @@ def build_app(commit: Commit | None = None, handover: Handover | None = None) ->
     max_containers=CONFIG.max_containers,
     buffer_containers=CONFIG.buffer_containers,
     scaledown_window=CONFIG.scaledown_window_s,
-    enable_memory_snapshot=CONFIG.memory_snapshot,
+    # A snapshot holds this process's memory only: with several processes the app lives in others.
+    enable_memory_snapshot=CONFIG.memory_snapshot and CONFIG.processes == 1,
 )
 @modal.concurrent(max_inputs=CONFIG.max_inputs, target_inputs=CONFIG.target_inputs)
 class CrafterTaskApp:
-    @modal.enter(snap=True)
-    def warm(self) -> None:
-        warm_up()
+    if CONFIG.processes == 1:
 
-    def _web_app(self) -> FastAPI:
-        """The container's one app, built by whichever endpoint's factory Modal calls first."""
-        if getattr(self, "web_app", None) is None:
-            # Outside a Modal container (`.local()`) there is no volume to commit and nothing to spawn on:
-            # accepted runs then run in this process.
-            if modal.is_local():
-                self.web_app = build_app()
-            else:
-                self.web_app = build_app(traces_volume.commit.aio, spawner(self.run_accepted))
-        return self.web_app
+        @modal.enter(snap=True)
+        def warm(self) -> None:
+            warm_up()
 
-    @modal.asgi_app(label=CONFIG.label)
-    def fastapi_app(self) -> FastAPI:
-        return self._web_app()
+        def _web_app(self) -> FastAPI:
+            """The container's one app, built by whichever endpoint's factory Modal calls first."""
+            if getattr(self, "web_app", None) is None:
+                # Outside a Modal container (`.local()`) there is no volume to commit and nothing to spawn on:
+                # accepted runs then run in this process.
+                if modal.is_local():
+                    self.web_app = build_app()
+                else:
+                    self.web_app = build_app(traces_volume.commit.aio, spawner(self.run_accepted))
+            return self.web_app
 
-    @modal.asgi_app(label=ors_label(CONFIG))
-    def ors_app(self) -> FastAPI:
-        """The Open Reward Standard on the app's state: no lifespan of its own (Modal starts the app's)."""
-        from task_app.web.ors import create_ors_app
+        @modal.asgi_app(label=CONFIG.label)
+        def fastapi_app(self) -> FastAPI:
+            return self._web_app()
 
-        return create_ors_app(self._web_app())
+        @modal.asgi_app(label=ors_label(CONFIG))
+        def ors_app(self) -> FastAPI:
+            """The Open Reward Standard on the app's state: no lifespan of its own (Modal starts the app's)."""
+            from task_app.web.ors import create_ors_app
 
-    @modal.method()
-    async def run_accepted(self, run_id: str, attempt: int) -> None:
-        """One run POST /rollouts accepted (on any container), run here to its end. Modal builds every
-        method of the class at container start, the web app first, so `web_app` is there and serving."""
-        await self.web_app.state.task_app.submissions.run_handed_over(run_id, attempt)
+            return create_ors_app(self._web_app())
+
+        @modal.method()
+        async def run_accepted(self, run_id: str, attempt: int) -> None:
+            """One run POST /rollouts accepted (on any container), run here to its end. Modal builds every
+            method of the class at container start, the web app first, so `web_app` is there and serving."""
+            await self.web_app.state.task_app.submissions.run_handed_over(run_id, attempt)
+
+    else:
+
+        def _processes(self) -> AppProcesses:
+            if getattr(self, "processes", None) is None:
+                self.processes = app_processes(CONFIG, traces_volume.commit.aio)
+            return self.processes
+
+        @modal.web_server(APP_PORT, startup_timeout=PROCESSES_STARTUP_S, label=CONFIG.label)
+        def serve_app(self) -> None:
+            """The app's processes on APP_PORT; Modal forwards the app's URL to it once it answers."""
+            self._processes().start()
+
+        @modal.web_server(ORS_PORT, startup_timeout=PROCESSES_STARTUP_S, label=ors_label(CONFIG))
+        def serve_ors(self) -> None:
+            """The Open Reward Standard, served by the same processes on ORS_PORT."""
+            self._processes().start()
+
+        @modal.exit()
+        def stop_processes(self) -> None:
+            self._processes().stop()

@@ -44,6 +44,7 @@ from modal_proto import api_pb2
 from support.fake_model import FakeModel, tool_call
 from support.fakes import FakeModalDict
 from support.keys import TEST_KEY, assert_no_key_material
+from support.polling import wait_until
 from support.servers import NonLoopbackConnection
 
 from task_app.core.rubrics import RUBRIC_FILES
@@ -751,3 +752,126 @@ async def test_a_refused_spawn_ends_the_run_failed_and_free_to_submit_again(cont
         assert refused.status_code == 409 and refused.json()["error"]["code"] == "run_failed"
         again = await a.post("/rollout", json=body)  # it never ran: the run_id is free for attempt 1
         assert again.status_code == 200 and (await a.get(f"/runs/{body['run_id']}")).json()["attempt"] == 1
+
+
+# --- several app processes in one container (TASKAPP_MODAL_PROCESSES) --------------------------------
+
+
+def test_several_processes_deploy_two_web_server_ports_without_a_snapshot(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TASKAPP_MODAL_PROCESSES", "2")
+    with fresh_modal_app() as module:
+        assert module.CONFIG.processes == 2
+        function, _ = function_create_request(module)
+    assert function.checkpointing_enabled is False  # a snapshot of the parent would hold no app
+    assert (function.max_concurrent_inputs, function.target_concurrent_inputs) == (512, 256)
+    assert set(function.method_definitions) == {"serve_app", "serve_ors"}  # no run_accepted
+    endpoints = {
+        name: (webhook.type, webhook.web_server_port, webhook.web_server_startup_timeout, webhook.requested_suffix)
+        for name, method in function.method_definitions.items()
+        for webhook in [method.webhook_config]
+    }
+    web_server, timeout = api_pb2.WEBHOOK_TYPE_WEB_SERVER, modal_app.PROCESSES_STARTUP_S
+    assert endpoints == {
+        "serve_app": (web_server, modal_app.APP_PORT, timeout, "grpo-crafter-task-app"),
+        "serve_ors": (web_server, modal_app.ORS_PORT, timeout, "grpo-crafter-task-app-ors"),
+    }
+
+
+def test_the_container_command_is_task_app_serve_with_its_processes_and_ors_port() -> None:
+    from task_app.cli.main import build_parser
+
+    config = modal_app.DeployConfig.from_environ({"TASKAPP_MODAL_PROCESSES": "3"})
+    command = modal_app.serve_command(config)
+    assert command[:3] == [sys.executable, "-m", "task_app.cli.main"]
+    args = build_parser().parse_args(command[3:])
+    assert (args.host, args.port, args.processes, args.ors_port) == ("0.0.0.0", 8000, 3, 8001)
+    assert modal_app.DeployConfig.from_environ(config.image_env()) == config  # the container reads the same N
+    for bad in ("0", "17", "two"):
+        with pytest.raises(ValueError, match="TASKAPP_MODAL_PROCESSES"):
+            modal_app.DeployConfig.from_environ({"TASKAPP_MODAL_PROCESSES": bad})
+
+
+def _free_ports(count: int) -> list[int]:
+    probes = [socket.socket() for _ in range(count)]
+    try:
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
+
+
+@pytest.mark.e2e
+def test_the_container_processes_share_env_sessions_runs_and_one_trace_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a container of TASKAPP_MODAL_PROCESSES=2 runs, on loopback: `AppProcesses` starts the real
+    `serve_command`; both processes answer on the one port and ORS on the other; an env created on
+    a new connection is stepped from 12 more (landing on either process: all on one has a chance of
+    1 in 4,096) and runs are found from every process; at stop both processes' traces are in one
+    consistent copy on the "volume". The Dict is replaced by a sqlite state store (the same store
+    protocol; the Dict's semantics are tested against its double above): no Modal account here."""
+    port, ors_port = _free_ports(2)
+    for key, value in modal_app.CONFIG.image_env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("TASKAPP_STATE_BACKEND", f"sqlite:{tmp_path / 'state.db'}")
+    monkeypatch.setenv("ENVIRONMENT_API_KEY", TEST_KEY)
+    monkeypatch.setenv("TASKAPP_WARM_UP", "false")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    monkeypatch.setenv("MODAL_TASK_ID", "ta-01PROCESSES")
+    monkeypatch.setattr(modal_app, "LIVE_TRACES_DIR", tmp_path / "local-disk")
+    monkeypatch.setattr(modal_app, "VOLUME_TRACES_DIR", tmp_path / "volume")
+    monkeypatch.chdir(tmp_path)
+    commits: list[int] = []
+
+    async def commit() -> None:
+        commits.append(1)
+
+    config = modal_app.DeployConfig.from_environ({"TASKAPP_MODAL_PROCESSES": "2"})
+    processes = modal_app.app_processes(config, commit)
+    assert processes.sync is not None and processes.sync.live == tmp_path / "local-disk" / "ta-01PROCESSES.db"
+    processes.command = modal_app.serve_command(config, port, ors_port, host="127.0.0.1")
+    base_url = f"http://127.0.0.1:{port}"
+    headers = {"X-API-Key": TEST_KEY, "Connection": "close"}  # each request on a new connection
+
+    def fresh(method: str, url: str, body: dict[str, Any] | None = None) -> httpx.Response:
+        return httpx.request(method, url, json=body, headers=headers, timeout=60.0, trust_env=False)
+
+    processes.start()
+    processes.start()  # the second endpoint's method: the same processes
+    try:
+        pids: set[int] = set()
+
+        def both_answer() -> bool:
+            assert processes.process is not None and processes.process.poll() is None, "task-app serve exited"
+            try:
+                pids.add(fresh("GET", base_url + "/health").json()["runtime"]["pid"])
+            except httpx.TransportError:
+                return False
+            return len(pids) == 2
+
+        wait_until(both_answer, timeout=120.0, interval=0.02)
+        assert processes.process is not None and processes.process.pid not in pids
+        assert fresh("GET", f"http://127.0.0.1:{ors_port}/list_environments").json() == ["crafter"]
+        env_id = fresh("POST", base_url + "/env/create", {"env_name": "crafter", "seed": 3}).json()["env_id"]
+        for index in range(1, 13):
+            stepped = fresh("POST", base_url + "/env/step", {"env_id": env_id, "action": {"actions": ["noop"]}})
+            assert stepped.status_code == 200, stepped.text
+            assert stepped.json()["step_idx"] == index  # one env, whichever process took the step
+        runs = [scripted(2) for _ in range(4)]
+        for body in runs:
+            assert fresh("POST", base_url + "/rollout", body).status_code == 200
+        for body in runs * 3:
+            status = fresh("GET", f"{base_url}/runs/{body['run_id']}")
+            assert (status.status_code, status.json()["status"]) == (200, "completed"), status.text
+    finally:
+        code = processes.stop()
+    assert code == 0
+    assert commits == [1]  # the last copy, after both processes closed the database
+    copied = tmp_path / "volume" / "ta-01PROCESSES.db"
+    assert sorted(path.name for path in copied.parent.iterdir()) == [copied.name]
+    with closing(sqlite3.connect(copied)) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        sessions = json.dumps(db.execute("SELECT session_id, metadata FROM session_traces").fetchall())
+    assert all(body["run_id"] in sessions for body in runs)
