@@ -10,7 +10,6 @@ import argparse
 import json
 import signal
 import sys
-import threading
 import time
 
 import httpx
@@ -21,12 +20,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("url")
     parser.add_argument("--interval", type=float, default=0.05)
     args = parser.parse_args(argv)
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    # A flag, not a threading.Event: the handler runs in the main thread, and Event.set() there deadlocks
+    # when the signal lands while Event.wait() holds the Event's lock (a full run hung so).
+    stopped = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopped
+        stopped = True
+
+    signal.signal(signal.SIGINT, stop)
     latencies = []
     with httpx.Client(timeout=30.0) as http:
         print("ready", flush=True)
-        while not stop.wait(args.interval):
+        while True:
+            time.sleep(args.interval)
+            if stopped:
+                break
             started = time.perf_counter()
             http.get(args.url + "/health")
             latencies.append((time.perf_counter() - started) * 1000)
