@@ -28,6 +28,10 @@ from rich.table import Table
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RESULTS_PAGE = Path(__file__).resolve().parent / "RESULTS.md"
 _SYMBOLS = {"<=": "≤", ">=": "≥"}
+# The machine's speed, for readers comparing runs: B1's render-free floor, and its value on the run the
+# targets were set by (2026-12-03); the absolute figures (CPU per step, shares of a CPU-bound ideal) scale with it.
+SPEED_FIGURE = "B1.floor_render_free_cpu_ms_1a"
+REFERENCE_FLOOR_MS = 0.386
 _COMPARE: dict[str, Callable[[float, float], bool]] = {"<=": operator.le, ">=": operator.ge}
 
 
@@ -201,6 +205,7 @@ def results_page(summary: dict[str, Any], titles: dict[str, str]) -> str:
         f"- Machine: {summary.get('cpu_model', 'unknown')}, {summary['cpu_count']} CPUs,"
         f" {summary.get('memory_gb', '?')} GB; load average {load} at the end.",
         f"- Software: Python {summary['python']} on {summary['platform']}; {versions}.",
+        *_speed_line(figures),
         f"- Targets: {len(judged) - len(missed)} of {len(judged)} met"
         + (f"; missed: {'; '.join(missed)}." if missed else "."),
         "",
@@ -213,6 +218,17 @@ def results_page(summary: dict[str, Any], titles: dict[str, str]) -> str:
             if key.split(".")[0] == bench:
                 lines.append(_results_row(figure))
     return "\n".join(lines) + "\n"
+
+
+def _speed_line(figures: dict[str, dict[str, Any]]) -> list[str]:
+    floor = figures.get(SPEED_FIGURE)
+    if floor is None:
+        return []
+    median = floor["median"]
+    return [
+        f"- Speed: B1's render-free floor {median:.3f} ms a step, {median / REFERENCE_FLOOR_MS:.1f}x the"
+        f" {REFERENCE_FLOOR_MS} ms of the run the targets were set by: absolute times scale with it."
+    ]
 
 
 def _results_row(figure: dict[str, Any]) -> str:
