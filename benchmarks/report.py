@@ -193,7 +193,8 @@ def results_page(summary: dict[str, Any], titles: dict[str, str]) -> str:
     created = datetime.fromisoformat(summary["created_at"])
     load = ", ".join(f"{value:.1f}" for value in summary["load_average"])
     versions = ", ".join(f"{name} {version}" for name, version in summary["versions"].items())
-    repetitions = max((figure["repetitions"] for figure in figures.values()), default=0)
+    # the run's --repetitions: the commonest count (a floor may pool the samples of several phases)
+    repetitions = statistics.mode(figure["repetitions"] for figure in figures.values()) if figures else 0
     lines = [
         "# Benchmark results",
         "",
