@@ -236,6 +236,36 @@ async def test_snapshots_restore_and_branches_are_independent(worlds: WorldFacto
         await manager.branch([env_id], 65)
 
 
+class ScanCountingStore(MemoryStore):
+    """The memory store, counting its prefix scans (each one walks every key it holds)."""
+
+    scans = 0
+
+    async def scan(self, prefix: str) -> list[str]:
+        self.scans += 1
+        return await super().scan(prefix)
+
+
+async def test_a_reaper_pass_scans_the_store_a_fixed_number_of_times(worlds: WorldFactory) -> None:
+    clock = FakeClock()
+    store = ScanCountingStore(clock)
+    manager = sessions(store, worlds, ttl_s=100)
+    ended = [(await manager.create(SPEC)).env_id for _ in range(6)]
+    kept = (await manager.create(SPEC)).env_id
+    for env_id in [*ended, kept]:
+        await manager.step(env_id, call("noop"))
+    for env_id in ended:
+        await manager.terminate(env_id)
+    clock.now += 11
+    store.scans = 0
+    await manager.maintain()
+    assert store.scans == 2  # the envs' markers, then every env's keys: not one scan per ended env
+    for env_id in ended:
+        assert await store.scan(f"env/{env_id}/") == [f"env/{env_id}/meta"]
+    assert await store.scan(f"env/{kept}/log/")  # a live env keeps its log
+    assert (await manager.step(kept, call("noop"))).observation.text
+
+
 async def test_the_reaper_retires_lapsed_envs_and_erases_ended_ones(worlds: WorldFactory) -> None:
     clock = FakeClock()
     store = MemoryStore(clock)

@@ -64,8 +64,7 @@ def snapshot_slot_key(env_id: str, index: int) -> str:
     return f"env/{env_id}/snap-slot/{index:04d}"
 
 
-def env_prefix(env_id: str) -> str:
-    return f"env/{env_id}/"
+ENV_KEYS = "env/"  # the prefix of every env's keys: env/<env_id>/...
 
 
 def slot_key(index: int) -> str:
