@@ -67,6 +67,10 @@ def snapshot_slot_key(env_id: str, index: int) -> str:
 ENV_KEYS = "env/"  # the prefix of every env's keys: env/<env_id>/...
 
 
+def env_prefix(env_id: str) -> str:
+    return f"{ENV_KEYS}{env_id}/"
+
+
 def slot_key(index: int) -> str:
     return f"slots/{index:07d}"
 
