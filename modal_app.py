@@ -378,20 +378,18 @@ class AppProcesses:
         self.process: subprocess.Popen[bytes] | None = None
         self._stopping = threading.Event()
         self._copier: threading.Thread | None = None
-        self._starting = threading.Lock()
 
     def start(self) -> None:
-        """Start the processes, once: both web endpoints' methods call it when the container starts."""
-        with self._starting:
-            if self.process is not None:
-                return
-            env = dict(os.environ)
-            if self.sync is not None:
-                self.sync.live.parent.mkdir(parents=True, exist_ok=True)
-                env["TASKAPP_TRACES_DB"] = str(self.sync.live)
-                self._copier = threading.Thread(target=self._copy_every_interval, args=(self.sync,), daemon=True)
-                self._copier.start()
-            self.process = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL)
+        """Start the processes; a second call finds them started."""
+        if self.process is not None:
+            return
+        env = dict(os.environ)
+        if self.sync is not None:
+            self.sync.live.parent.mkdir(parents=True, exist_ok=True)
+            env["TASKAPP_TRACES_DB"] = str(self.sync.live)
+            self._copier = threading.Thread(target=self._copy_every_interval, args=(self.sync,), daemon=True)
+            self._copier.start()
+        self.process = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL)
 
     def _copy_every_interval(self, sync: TraceSync) -> None:
         while not self._stopping.wait(sync.interval_s):
@@ -522,21 +520,20 @@ class CrafterTaskApp:
 
     else:
 
-        def _processes(self) -> AppProcesses:
-            if getattr(self, "processes", None) is None:
-                self.processes = app_processes(CONFIG, traces_volume.commit.aio)
-            return self.processes
+        @modal.enter()
+        def start_processes(self) -> None:
+            """The container's processes, started once before either endpoint is served."""
+            self.processes = app_processes(CONFIG, traces_volume.commit.aio)
+            self.processes.start()
 
         @modal.web_server(APP_PORT, startup_timeout=PROCESSES_STARTUP_S, label=CONFIG.label)
         def serve_app(self) -> None:
-            """The app's processes on APP_PORT; Modal forwards the app's URL to it once it answers."""
-            self._processes().start()
+            """The app on APP_PORT (started in `start_processes`); Modal forwards the URL once it answers."""
 
         @modal.web_server(ORS_PORT, startup_timeout=PROCESSES_STARTUP_S, label=ors_label(CONFIG))
         def serve_ors(self) -> None:
             """The Open Reward Standard, served by the same processes on ORS_PORT."""
-            self._processes().start()
 
         @modal.exit()
         def stop_processes(self) -> None:
-            self._processes().stop()
+            self.processes.stop()

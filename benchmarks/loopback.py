@@ -12,7 +12,7 @@ from typing import Any
 
 import uvicorn
 
-from task_app.web.local_server import HTTP_PARSER, WS_PER_MESSAGE_DEFLATE, bind_socket, serve_processes, with_ors
+from task_app.web.local_server import UVICORN_OPTIONS, bind_socket, serve_processes, with_ors
 
 
 def serve_on_loopback(app: Any, *, announce: dict[str, Any] | None = None, ors: bool = False, **options: Any) -> int:
@@ -27,8 +27,7 @@ def serve_on_loopback(app: Any, *, announce: dict[str, Any] | None = None, ors: 
     ports = {"port": socks[0].getsockname()[1], **({"ors_port": socks[1].getsockname()[1]} if ors else {})}
     print(json.dumps({**ports, **(announce or {})}), flush=True)
     defaults: dict[str, Any] = {
-        "http": HTTP_PARSER,
-        "ws_per_message_deflate": WS_PER_MESSAGE_DEFLATE,
+        **UVICORN_OPTIONS,
         "log_level": "warning",
         "access_log": False,
         "timeout_keep_alive": 60,

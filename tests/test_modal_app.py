@@ -839,7 +839,7 @@ def test_the_container_processes_share_env_sessions_runs_and_one_trace_database(
         return httpx.request(method, url, json=body, headers=headers, timeout=60.0, trust_env=False)
 
     processes.start()
-    processes.start()  # the second endpoint's method: the same processes
+    processes.start()  # a second call: the same processes
     try:
         pids: set[int] = set()
 

@@ -20,15 +20,7 @@ from ..core.settings import Settings
 from ..core.version import app_version
 from ..inspection.eval_stats import eval_summary
 from ..inspection.report import request_with_trace, write_report
-from ..web.local_server import (
-    DOORS_FROM_ENV,
-    HTTP_PARSER,
-    WS_PER_MESSAGE_DEFLATE,
-    bind_socket,
-    serve_in_thread,
-    serve_processes,
-    with_ors,
-)
+from ..web.local_server import DOORS_FROM_ENV, UVICORN_OPTIONS, bind_socket, serve_in_thread, serve_processes, with_ors
 from ..web.server import APP_FROM_ENV, create_app
 from .evaluation import parse_seeds, print_eval_summary, report, rollout_request, run_rollouts, submit_rollouts
 from .trace_db import CliError, print_error
@@ -63,16 +55,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.reload:
         if settings.ors_port is not None:
             return print_error(CliError("--reload serves one port: leave out --ors-port (TASKAPP_ORS_PORT)"))
-        uvicorn.run(
-            APP_FROM_ENV,
-            factory=True,
-            host=host,
-            port=port,
-            http=HTTP_PARSER,
-            reload=True,
-            env_file=env_file,
-            ws_per_message_deflate=WS_PER_MESSAGE_DEFLATE,
-        )
+        uvicorn.run(APP_FROM_ENV, factory=True, host=host, port=port, reload=True, env_file=env_file, **UVICORN_OPTIONS)
         return 0
     sockets = [bind_socket(host, port)]
     if settings.ors_port is not None:
@@ -84,8 +67,7 @@ def _serve(args: argparse.Namespace) -> int:
         config = uvicorn.Config(
             DOORS_FROM_ENV,
             factory=True,
-            http=HTTP_PARSER,
-            ws_per_message_deflate=WS_PER_MESSAGE_DEFLATE,
+            **UVICORN_OPTIONS,
             workers=settings.processes,
             env_file=env_file,
             timeout_worker_healthcheck=WORKER_HEALTHCHECK_S,
@@ -94,7 +76,7 @@ def _serve(args: argparse.Namespace) -> int:
     else:
         app = create_app(settings)
         served = app if len(sockets) == 1 else with_ors(app, sockets[1].getsockname()[1])
-        server = uvicorn.Server(uvicorn.Config(served, http=HTTP_PARSER, ws_per_message_deflate=WS_PER_MESSAGE_DEFLATE))
+        server = uvicorn.Server(uvicorn.Config(served, **UVICORN_OPTIONS))
         with suppress(KeyboardInterrupt):  # uvicorn re-raises the SIGINT it shut down on, as `uvicorn.run` swallows
             server.run(sockets=sockets)
         if not server.started:

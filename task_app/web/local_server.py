@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -25,7 +26,8 @@ from .server import create_app
 HTTP_PARSER = "h11"
 # WebSocket messages go uncompressed (uvicorn's default negotiates permessage-deflate): compressing each
 # reply costs the server, and inflating it the client, a zlib pass per message (docs/decisions/websocket.md).
-WS_PER_MESSAGE_DEFLATE = False
+# Every uvicorn the app starts takes these options.
+UVICORN_OPTIONS: dict[str, Any] = {"http": HTTP_PARSER, "ws_per_message_deflate": False}
 
 
 class _ThreadServer(uvicorn.Server):
@@ -85,8 +87,7 @@ DOORS_FROM_ENV = f"{__name__}:{doors_from_env.__name__}"
 def _serving(app: ASGIApp, socks: list[socket.socket], startup_timeout_s: float) -> Iterator[None]:
     config = uvicorn.Config(
         app,
-        http=HTTP_PARSER,
-        ws_per_message_deflate=WS_PER_MESSAGE_DEFLATE,
+        **UVICORN_OPTIONS,
         log_level="warning",
         lifespan="on",
         timeout_graceful_shutdown=5,
