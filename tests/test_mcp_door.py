@@ -227,3 +227,7 @@ def test_a_plain_tool_call_is_answered_as_the_sdk_answers_it(short_app: AppServe
     broken = b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call"'
     malformed = client.post("/mcp", content=broken, headers={**headers, "Content-Type": "application/json"})
     assert malformed.status_code == 400 and malformed.json()["error"]["code"] == -32700  # the SDK's parse error
+    # A revision outside the handshake's (a later per-request envelope, or none the SDK knows) is the SDK's:
+    # it refuses one it does not speak, where the plain answer would have been a 200.
+    later = client.post("/mcp", json=start, headers={**headers, "MCP-Protocol-Version": "2099-01-01"})
+    assert later.status_code == 400, later.text

@@ -36,7 +36,6 @@ import mcp.types as types
 from fastapi import FastAPI
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.shared.version import SUPPORTED_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import HTTPConnection
 from starlette.routing import Route
@@ -56,6 +55,10 @@ PATH = "/mcp"
 SERVER_NAME = "crafter"
 END = "end"
 SDK_MAJOR = int(version("mcp").split(".")[0])
+# The protocol revisions of the `initialize` handshake, whose plain `tools/call` both SDK lines answer in the
+# same JSON-RPC shape, so it is answered here. Any other revision (mcp 2.x's per-request envelope) goes to
+# the SDK. Written out: the SDK's own list moved between lines (`mcp.shared.version`, `mcp.types.version`).
+HANDSHAKE_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
 USAGE = (
     "\n\nTOOLS\nCall start once; pass the session_id it returns to every other tool. "
     f"Play with {TOOL_NAME} until it answers done: true, then call start again or end."
@@ -202,7 +205,7 @@ def _plain_json_post(scope: Scope) -> bool:
     headers = HTTPConnection(scope).headers
     content_type = headers.get("content-type", "").split(";")[0].strip()
     accepts = [part.strip() for part in headers.get("accept", "").split(",")]
-    version_ok = headers.get("mcp-protocol-version", SUPPORTED_PROTOCOL_VERSIONS[-1]) in SUPPORTED_PROTOCOL_VERSIONS
+    version_ok = headers.get("mcp-protocol-version", HANDSHAKE_VERSIONS[-1]) in HANDSHAKE_VERSIONS
     return (
         scope["method"] == "POST"
         and content_type == "application/json"
