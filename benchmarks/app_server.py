@@ -9,7 +9,7 @@ the lifespan closes the trace store). The driver waits for `/health` before it m
 and reads this process's CPU and memory counters from /proc, so they hold the app's work only.
 
 The uvicorn options are the ones the Modal deployment effectively has: no access log, asyncio loop,
-h11 (`task_app.web.local_server.HTTP_PARSER`; no uvloop). `--processes N` serves N app processes on the
+httptools (`task_app.web.http_protocol`; no uvloop). `--processes N` serves N app processes on the
 port as `task-app serve --processes N` does (the settings travel to them as environment variables; the
 announced pid is their parent's, and `benchmarks.processes` counts the whole process tree).
 """

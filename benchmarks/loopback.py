@@ -16,9 +16,9 @@ from task_app.web.local_server import UVICORN_OPTIONS, bind_socket, serve_proces
 
 
 def serve_on_loopback(app: Any, *, announce: dict[str, Any] | None = None, ors: bool = False, **options: Any) -> int:
-    """Serve `app` under uvicorn (h11, uncompressed WebSocket messages, no access log, 60 s keep-alive;
-    `options` override) until interrupted. With `workers` > 1 in `options`, `app` is an import string and
-    that many processes share the socket.
+    """Serve `app` under uvicorn (the app's httptools protocol, uncompressed WebSocket messages, no access
+    log, 60 s keep-alive; `options` override) until interrupted. With `workers` > 1 in `options`, `app` is
+    an import string and that many processes share the socket.
     With `ors`, the Open Reward Standard on `app`'s state on a second port (announced as `ors_port`)."""
     socks = [bind_socket("127.0.0.1", 0)]
     if ors:

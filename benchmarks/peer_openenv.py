@@ -7,7 +7,7 @@ Run by B6 with the interpreter `OPENENV_PYTHON` names (default: this one), in a 
 the dev virtualenv). Built as OpenEnv's docs recommend for a new environment: `Action`, `Observation`
 and `State` models, an `Environment` subclass (`reset`, `step`, `state`) marked
 `SUPPORTS_CONCURRENT_SESSIONS`, and `create_app(...)` served by uvicorn with the app's own options
-(h11, asyncio, no access log: `benchmarks.loopback`) but for WebSocket compression, on as in OpenEnv's
+(httptools, asyncio, no access log: `benchmarks.loopback`) but for WebSocket compression, on as in OpenEnv's
 template (the app's server turns it off).
 
 The environment plays the app's game layer (`task_app.game`: the same world generator, step and

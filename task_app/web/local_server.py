@@ -17,17 +17,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from uvicorn.supervisors import Multiprocess
 
 from ..core.settings import Settings
+from .http_protocol import AppHttpProtocol
 from .ors import create_ors_app
 from .server import create_app
 
-# uvicorn's request parser, named because its "auto" picks httptools whenever it is installed, and it
-# is (core.http1 parses answers with it); the app's limits and errors are those it shows under h11
-# (a 64 KB request target is the app's 422 with h11, a bare 400 from uvicorn's httptools protocol).
-HTTP_PARSER = "h11"
+# Requests are parsed by httptools, its unparsable ones answered with the app's error body (http_protocol.py).
 # WebSocket messages go uncompressed (uvicorn's default negotiates permessage-deflate): compressing each
 # reply costs the server, and inflating it the client, a zlib pass per message (docs/decisions/websocket.md).
 # Every uvicorn the app starts takes these options.
-UVICORN_OPTIONS: dict[str, Any] = {"http": HTTP_PARSER, "ws_per_message_deflate": False}
+UVICORN_OPTIONS: dict[str, Any] = {"http": AppHttpProtocol, "ws_per_message_deflate": False}
 
 
 class _ThreadServer(uvicorn.Server):
