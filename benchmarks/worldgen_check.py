@@ -38,6 +38,10 @@ class CrafterEnv(GameEnv):
 
     step = crafter.Env.step
 
+    def _balance_chunk(self, chunk: Any, objs: Any) -> None:
+        """Crafter's own balancing, with the despawn order GameEnv gives it (its `_balance`)."""
+        crafter.Env._balance_chunk(self, chunk, sorted(objs, key=lambda obj: obj.pos.tolist()))
+
 
 def crafter_env(env: GameEnv) -> CrafterEnv:
     """`env` stepping as stock crafter does (crafter's `Env.step`), still without the render."""
