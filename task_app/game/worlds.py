@@ -154,6 +154,7 @@ class GameEnv(crafter.Env):
         light = world.daylight
         grass, path = self._tiles_per_chunk("grass"), self._tiles_per_chunk("path")
         size_x, size_y = world._chunk_size
+        night = 3.5 - 3 * light
         for chunk, objs in world.chunks.items():
             zombies, skeletons, cows = [], [], []
             for obj in sorted(objs, key=lambda obj: obj.pos.tolist()):
@@ -165,7 +166,6 @@ class GameEnv(crafter.Env):
                     cows.append(obj)
             index_x, index_y = chunk[0] // size_x, chunk[2] // size_y
             grass_tiles, path_tiles = grass[index_x][index_y], path[index_x][index_y]
-            night = 3.5 - 3 * light
             zombie_min = 0 if grass_tiles < 50 else night
             self._balance_kind(chunk, zombies, worldgen.ZOMBIE, "grass", (6, 0), (0.3, 0.4), (zombie_min, night))
             skeleton_min = 0 if path_tiles < 6 else 1
