@@ -19,7 +19,7 @@ import httpx
 
 from ._flow import Send
 
-SHARD_CONNECTIONS = 32  # connections per httpx pool: its per-request walk stays short
+SHARD_CONNECTIONS = 8  # connections per httpx pool: its per-request walk stays short (docs/decisions/client-pool.md)
 
 
 class ShardedPool:
