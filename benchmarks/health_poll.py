@@ -1,5 +1,7 @@
 """Poll `GET <url>/health` every `--interval` seconds until SIGINT, then print the latencies (ms, JSON).
 
+A failed check is `Infinity`, so it shows in the p99 instead of ending the poller.
+
 Its own process, so the latencies hold the server's answer time and nothing of the benchmark
 client's work (a thread inside the client waits for the client's GIL whenever it parses responses).
 """
@@ -8,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 import time
@@ -37,7 +40,11 @@ def main(argv: list[str] | None = None) -> int:
             if stopped:
                 break
             started = time.perf_counter()
-            http.get(args.url + "/health")
+            try:
+                http.get(args.url + "/health").raise_for_status()
+            except httpx.HTTPError:
+                latencies.append(math.inf)  # a failed check, which a load balancer counts as down
+                continue
             latencies.append((time.perf_counter() - started) * 1000)
     print(json.dumps(latencies), flush=True)
     return 0

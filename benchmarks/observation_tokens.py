@@ -19,6 +19,7 @@ from typing import Any
 import tiktoken
 
 from task_app.core.json_codec import dumps
+from task_app.core.stats import percentile
 from task_app.game import Game, WorldFactory
 from task_app.game.actions import plan_from_names
 from task_app.game.compact_text import TEXT_FORMATS, observation_text
@@ -42,11 +43,6 @@ def turns(seed: int, decisions: int, worlds: WorldFactory) -> list[dict[str, str
     return texts
 
 
-def percentile(values: list[int], fraction: float) -> float:
-    ordered = sorted(values)
-    return float(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))])
-
-
 def measure(seeds: int, decisions: int) -> dict[str, Any]:
     encoding = tiktoken.get_encoding(ENCODING)
     worlds = WorldFactory()
@@ -61,7 +57,7 @@ def measure(seeds: int, decisions: int) -> dict[str, Any]:
     for name in TEXT_FORMATS:
         summary[name] = {
             "tokens_median": statistics.median(counts[name]),
-            "tokens_p90": percentile(counts[name], 0.9),
+            "tokens_p90": float(percentile(counts[name], 90)),
             "tokens_mean": round(statistics.fmean(counts[name]), 1),
             "chars_median": statistics.median(chars[name]),
         }

@@ -47,7 +47,7 @@ class Figure:
 
     @property
     def median(self) -> float:
-        return statistics.median(self.values) if self.values else float("nan")
+        return median_of(self.values)
 
     @property
     def ok(self) -> bool | None:
@@ -70,7 +70,14 @@ class Figure:
 
 
 def median_of(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else float("nan")
+    """The median of the values measured: a NaN is a repetition that measured nothing, and
+    `statistics.median` would sort it anywhere."""
+    measured = _measured(values)
+    return statistics.median(measured) if measured else float("nan")
+
+
+def _measured(values: Sequence[float]) -> list[float]:
+    return [value for value in values if value == value]
 
 
 def environment() -> dict[str, Any]:
@@ -237,8 +244,8 @@ def _results_row(figure: dict[str, Any]) -> str:
     digits = figure.get("digits", 2)
     value = f"{_fmt(median, digits)} {unit}".strip()
     spread = ""
-    if len(values) > 1:
-        low, high = min(values), max(values)
+    if len(_measured(values)) > 1:
+        low, high = min(_measured(values)), max(_measured(values))
         spread = f"{_fmt(low, digits)}-{_fmt(high, digits)}"
         if median:
             spread += f" ({(high - low) / abs(median):.0%})"

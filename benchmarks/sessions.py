@@ -39,6 +39,7 @@ import anyio
 import orjson
 from websockets.asyncio.client import connect
 
+from task_app.core.stats import percentile
 from task_app.game import ActionPlan, Game, WorldFactory, warm_up
 from task_app.sessions import EnvSessions, EnvSpec, SessionLimits
 from task_app.sessions.records import env_prefix, log_key, marker_key, slot_key
@@ -110,11 +111,6 @@ async def _steps(app: Served, clients: int, steps: int) -> tuple[list[float], fl
         return latencies, app.cpu_s() - cpu
 
 
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
 def _floor_ms(worlds: WorldFactory, steps: int) -> float:
     """CPU of the same work without the service: crafter's step, the observation, the answer's JSON."""
     game = Game(worlds.world(0))
@@ -151,7 +147,7 @@ def _step_figures(repetitions: int, quick: bool) -> list[Figure]:
                 cpu.values.append(cpu_s / len(latencies) * 1000)
                 ratio.values.append(cpu.values[-1] / floor.values[-1])
                 p50.values.append(statistics.median(latencies) * 1000)
-                p99.values.append(_percentile(latencies, 0.99) * 1000)
+                p99.values.append(percentile(latencies, 99) * 1000)
             figures += [cpu, ratio, p50, p99]
     return figures
 
