@@ -461,7 +461,9 @@ class EnvSessions:
         if live.head % every:
             return
         index = live.head // every
-        data = await self.offload(lambda: dump_game(live.game, live.episode.as_extra()))
+        # On the loop: less than a millisecond, while envs stepped in lockstep checkpoint together and a
+        # burst of handoffs stalled the loop far longer (docs/decisions/step-path.md).
+        data = dump_game(live.game, live.episode.as_extra())
         await self.store.put(checkpoint_key(live.env_id, index), data)
         await self.store.put(hint_key(live.env_id), dumps_bytes(index))
         self.counters["checkpoints"] += 1
