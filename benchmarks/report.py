@@ -244,8 +244,9 @@ def _results_row(figure: dict[str, Any]) -> str:
     digits = figure.get("digits", 2)
     value = f"{_fmt(median, digits)} {unit}".strip()
     spread = ""
-    if len(_measured(values)) > 1:
-        low, high = min(_measured(values)), max(_measured(values))
+    measured = _measured(values)
+    if len(measured) > 1:
+        low, high = min(measured), max(measured)
         spread = f"{_fmt(low, digits)}-{_fmt(high, digits)}"
         if median:
             spread += f" ({(high - low) / abs(median):.0%})"

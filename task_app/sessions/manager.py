@@ -461,8 +461,8 @@ class EnvSessions:
         if live.head % every:
             return
         index = live.head // every
-        # On the loop: less than a millisecond, while envs stepped in lockstep checkpoint together and a
-        # burst of handoffs stalled the loop far longer (docs/decisions/step-path.md).
+        # On the loop: envs stepped in lockstep checkpoint together, and a burst of handoffs to the
+        # worker threads stalled the loop longer than the dumps take (docs/decisions/step-path.md).
         data = dump_game(live.game, live.episode.as_extra())
         await self.store.put(checkpoint_key(live.env_id, index), data)
         await self.store.put(hint_key(live.env_id), dumps_bytes(index))
