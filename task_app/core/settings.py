@@ -76,6 +76,9 @@ class Settings(BaseSettings):
     """Origins allowed by CORS, comma-separated; CORS stays off when empty."""
     math_alias_enabled: bool = True
     """Remap the old system's `math*` env and policy names to Crafter."""
+    step_fast_path: bool = True
+    """Answer well-formed env-session steps (`/step`, `/env/step`) beside FastAPI's routing, as the route
+    would, for less CPU a step (docs/decisions/step-path.md); off: every request goes through FastAPI."""
     loop_lag_probe_s: float = Field(default=0.0, ge=0, le=60)
     """When above 0, measure the event loop's lag at this interval and report it in `/health`."""
 

@@ -26,11 +26,15 @@ _SERVER_ERROR = 500  # from here on a failure is the server's and may pass
 _STATUS_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
 
 
+def error_response(exc: TaskAppError) -> JSONBytes:
+    body = error_body(exc.code, exc.message, retryable=exc.retryable, **exc.details)
+    return JSONBytes(body, status_code=exc.status, headers=exc.headers or None)
+
+
 async def _task_app_error(_: Request, exc: Exception) -> JSONBytes:
     if not isinstance(exc, TaskAppError):  # pragma: no cover - registered for TaskAppError only
         raise exc
-    body = error_body(exc.code, exc.message, retryable=exc.retryable, **exc.details)
-    return JSONBytes(body, status_code=exc.status, headers=exc.headers or None)
+    return error_response(exc)
 
 
 def _denied(request: Request) -> TaskAppError | None:

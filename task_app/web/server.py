@@ -40,6 +40,7 @@ from .responses import JSONBytes
 from .routes import envs, health, info, openenv, proxy, rollout, runs, submit, view
 from .routes import metrics as metrics_route
 from .state import AppState
+from .step_fast_path import StepFastPath
 from .task_count import TaskCount, counted_tasks
 
 logger = logging.getLogger(__name__)
@@ -175,6 +176,8 @@ def create_app(settings: Settings, handover: Handover | None = None) -> FastAPI:
     app.include_router(view.router, responses=errors(*PROTECTED, 404, 409, 422, non_json=True))
     app.include_router(metrics_route.router, responses=errors(*PROTECTED, non_json=True))
     install_error_handlers(app)
+    if settings.step_fast_path:
+        app.add_middleware(StepFastPath)  # innermost: the size limit and compression apply to it
     # zlib's default level, not Starlette's 9: about a third less of the loop's CPU for a few percent
     # more bytes (the compression runs on the event loop).
     app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=6)

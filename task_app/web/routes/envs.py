@@ -40,6 +40,7 @@ from ...sessions.views import created_body, reset_body, snapshot_body, step_body
 from ..deps import AuthDep, StateDep
 from ..openapi import BODY, PROTECTED, errors, ok
 from ..responses import JSONBytes
+from ..state import AppState
 from ..strict_json import StrictJSONRoute
 
 SESSION_ERRORS = (*PROTECTED, *BODY, 404, 409, 410, 429)
@@ -57,8 +58,13 @@ async def reset(body: EnvResetRequest, state: StateDep) -> JSONBytes:
     return JSONBytes(reset_body(view, body.observation))
 
 
-async def step(body: EnvStepRequest, state: StateDep) -> JSONBytes:
+async def answer_step(state: AppState, body: EnvStepRequest) -> JSONBytes:
+    """`/step`'s answer: this route's and the step path's beside FastAPI (web/step_fast_path.py)."""
     return JSONBytes(step_body(await state.sessions.envs.step(body.env_id, body.tool_calls), body.observation))
+
+
+async def step(body: EnvStepRequest, state: StateDep) -> JSONBytes:
+    return await answer_step(state, body)
 
 
 async def snapshot(body: EnvIdRequest, state: StateDep) -> JSONBytes:
