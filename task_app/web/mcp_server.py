@@ -295,7 +295,9 @@ def install(app: FastAPI) -> None:
     settings: Settings = app.state.settings
     server = build_server(lambda: app.state.task_app, settings)
     manager = StreamableHTTPSessionManager(app=server, json_response=True, stateless=True)
-    app.router.routes.append(Route(PATH, McpEndpoint(app, manager), include_in_schema=False))  # every method
+    # Every method; first in the route list: FastAPI matches a path against its routes in order, and a
+    # `tools/call` would otherwise first be tried against every route of the app (docs/decisions/step-path.md).
+    app.router.routes.insert(0, Route(PATH, McpEndpoint(app, manager), include_in_schema=False))
     inner = app.router.lifespan_context
 
     @asynccontextmanager

@@ -19,13 +19,13 @@ bad input, an episode already over) is the client's `RunToolError` inside the st
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from contextlib import suppress
 from typing import Annotated, Any
 
 import anyio
 from fastapi import APIRouter, Depends, Header, Path, Request
-from fastapi.responses import StreamingResponse
+from fastapi.responses import Response
 
 from ...core import json_codec
 from ...core.errors import BadRequest, Gone, InvalidRequest, NotFound, StoreUnavailable
@@ -152,19 +152,16 @@ def _events(*events: tuple[str, str]) -> bytes:
     return b"".join(f"event: {name}\ndata: {data}\n\n".encode() for name, data in events)
 
 
-def _stream(task_id: str, answer: str) -> StreamingResponse:
-    """`task_id`, then the answer in `chunk` events closed by `end`, as the client reassembles them."""
+def _stream(task_id: str, answer: str) -> Response:
+    """`task_id`, then the answer in `chunk` events closed by `end`, as the client reassembles them: an
+    event stream whose every event is known when it starts, so it is sent whole, with its length."""
     parts = [answer[start : start + CHUNK_CHARS] for start in range(0, len(answer), CHUNK_CHARS)] or [""]
     events = [("task_id", task_id)] + [("chunk", part) for part in parts[:-1]] + [("end", parts[-1])]
-
-    async def body() -> AsyncIterator[bytes]:
-        yield _events(*events)
-
-    return StreamingResponse(body(), media_type="text/event-stream", headers=SSE_HEADERS)
+    return Response(_events(*events), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 @router.post("/create_session")
-async def create_session(state: State) -> StreamingResponse:
+async def create_session(state: State) -> Response:
     sid = OrsSessions.new_sid()
     return _stream(sid, json_codec.dumps({"sid": sid}))
 
@@ -267,7 +264,7 @@ async def _resumed(ors: OrsSessions, task_id: str) -> str:
     raise NotFound("unknown task_id (its answer is no longer kept)", code="ors_call_not_found")
 
 
-async def call(body: ToolCall, state: State, x_session_id: SessionId = None) -> StreamingResponse:
+async def call(body: ToolCall, state: State, x_session_id: SessionId = None) -> Response:
     session = await _session(state, x_session_id)
     ors = _ors(state)
     if body.task_id is not None:
