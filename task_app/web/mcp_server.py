@@ -39,7 +39,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from pydantic import ValidationError
 from starlette.requests import HTTPConnection
 from starlette.routing import Route
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from ..core.errors import InvalidRequest, RateLimited, StoreUnavailable, TaskAppError, error_body
 from ..core.json_codec import dumps_bytes, loads
@@ -48,6 +48,8 @@ from ..game import TOOL_NAME
 from ..policy.prompts import system_prompt
 from ..sessions.tools import KEY_SCOPE, START, TOOLS, StartArguments, ToolResult, result_of
 from .auth import check_api_key
+from .handlers import error_response
+from .request_body import read_body
 from .responses import JSONBytes
 from .state import AppState
 
@@ -214,28 +216,6 @@ def _plain_json_post(scope: Scope) -> bool:
     )
 
 
-async def _read_body(receive: Receive) -> tuple[bytes, Receive]:
-    """The request's body, and a `receive` that gives it again (for the SDK)."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return b"", receive
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            break
-    body, replayed = b"".join(chunks), False
-
-    async def replay() -> Message:
-        nonlocal replayed
-        if replayed:
-            return await receive()
-        replayed = True
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    return body, replay
-
-
 class McpEndpoint:
     """The ASGI app at `/mcp`: the key, then the in-flight cap, then the SDK's transport."""
 
@@ -254,14 +234,13 @@ class McpEndpoint:
             if self.in_flight >= limit:
                 raise RateLimited(f"{limit} MCP requests are in flight here, the limit", code="mcp_busy")
         except TaskAppError as exc:
-            body = error_body(exc.code, exc.message, retryable=exc.retryable, **exc.details)
-            await JSONBytes(body, status_code=exc.status, headers=exc.headers or None)(scope, receive, send)
+            await error_response(exc)(scope, receive, send)
             return
         self.in_flight += 1
         try:
             if _plain_json_post(scope):
-                raw, receive = await _read_body(receive)
-                call = _tool_call(_parsed(raw))
+                raw, receive = await read_body(receive)
+                call = _tool_call(_parsed(raw)) if raw is not None else None
                 if call is not None:
                     await _answer_tool_call(state, call, scope, receive, send)
                     return

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 from starlette.requests import HTTPConnection
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..core.env_contracts import EnvStepRequest
 from ..core.errors import TaskAppError
 from ..core.json_codec import JSONDecodeError, loads
 from .auth import check_api_key
 from .handlers import error_response
+from .request_body import read_body
 from .routes.envs import answer_step
 from .state import AppState
 
@@ -42,16 +43,6 @@ def _plain_json(scope: Scope) -> bool:
     return json_type and length
 
 
-def _replaying(received: list[Message], receive: Receive) -> Receive:
-    """`receive` that first hands back the messages already read."""
-    pending = list(received)
-
-    async def replay() -> Message:
-        return pending.pop(0) if pending else await receive()
-
-    return replay
-
-
 class StepFastPath:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -66,20 +57,11 @@ class StepFastPath:
         ):
             await self.app(scope, receive, send)
             return
-        received: list[Message] = []
-        body = b""
-        while True:
-            message = await receive()
-            received.append(message)
-            if message["type"] != "http.request":
-                break
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
+        body, receive = await read_body(receive)
         state: AppState | None = getattr(scope["app"].state, "task_app", None)
-        request = _parsed(body, state, scope) if received[-1]["type"] == "http.request" else None
+        request = _parsed(body, state, scope) if body is not None else None
         if state is None or request is None:
-            await self.app(scope, _replaying(received, receive), send)
+            await self.app(scope, receive, send)
             return
         try:
             response = await answer_step(state, request)
