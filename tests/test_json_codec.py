@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import tracemalloc
 from datetime import UTC, datetime
 from typing import Any
 
@@ -118,3 +119,16 @@ def test_raw_decode_finds_a_value_inside_text() -> None:
     assert raw_decode(text, text.index("{")) == ({"actions": ["do"]}, text.index(" now"))
     with pytest.raises(JSONDecodeError):
         raw_decode(text, 0)
+
+
+def test_the_bytes_hold_no_more_memory_than_their_content() -> None:
+    """orjson's own bytes keep a buffer of at least 4 KB; a store holding thousands of small values
+    (an env's log entries) held 4 KB for each."""
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = [dumps_bytes({"op": "step", "a": ["noop"], "t": 1.5}) for _ in range(1000)]
+        held = (tracemalloc.get_traced_memory()[0] - before) / len(kept)
+    finally:
+        tracemalloc.stop()
+    assert held < 256, held
