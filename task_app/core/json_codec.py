@@ -22,9 +22,8 @@ Infinity, lone surrogates and nesting deeper than 1024 are a client's mistake (4
 never a value that fails later. `raw_decode` finds a JSON value inside text (the standard library's;
 orjson reads whole documents only).
 
-The bytes are sized to their content. orjson (3.12 on) returns bytes whose buffer is at least 4 KB
-whatever their length, and never shrinks it: kept in the memory state store, a 60-byte log entry held
-4 KB, and an env session's record about 250 KB. The copy costs ~0.1 µs for small values.
+The bytes are sized to their content: orjson (3.12 on) returns bytes whose buffer is larger than
+their length and never shrinks it, and the memory state store keeps what it is given.
 
 docs/decisions/json.md records why.
 """

@@ -48,8 +48,9 @@ class StepFastPath:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        state: AppState | None = getattr(scope["app"].state, "task_app", None) if scope["type"] == "http" else None
         if (
-            scope["type"] != "http"
+            state is None
             or scope["method"] != "POST"
             or scope["path"] not in STEP_PATHS
             or scope.get("root_path")
@@ -58,9 +59,8 @@ class StepFastPath:
             await self.app(scope, receive, send)
             return
         body, receive = await read_body(receive)
-        state: AppState | None = getattr(scope["app"].state, "task_app", None)
         request = _parsed(body, state, scope) if body is not None else None
-        if state is None or request is None:
+        if request is None:
             await self.app(scope, receive, send)
             return
         try:
@@ -70,10 +70,8 @@ class StepFastPath:
         await response(scope, receive, send)
 
 
-def _parsed(body: bytes, state: AppState | None, scope: Scope) -> EnvStepRequest | None:
+def _parsed(body: bytes, state: AppState, scope: Scope) -> EnvStepRequest | None:
     """The request when the route would accept it; None when the route must answer (whatever it answers)."""
-    if state is None:
-        return None
     try:
         check_api_key(HTTPConnection(scope), state.settings)
         data = loads(body, strict=True)

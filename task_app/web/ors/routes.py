@@ -152,7 +152,7 @@ def _events(*events: tuple[str, str]) -> bytes:
     return b"".join(f"event: {name}\ndata: {data}\n\n".encode() for name, data in events)
 
 
-def _stream(task_id: str, answer: str) -> Response:
+def _event_answer(task_id: str, answer: str) -> Response:
     """`task_id`, then the answer in `chunk` events closed by `end`, as the client reassembles them: an
     event stream whose every event is known when it starts, so it is sent whole, with its length."""
     parts = [answer[start : start + CHUNK_CHARS] for start in range(0, len(answer), CHUNK_CHARS)] or [""]
@@ -163,7 +163,7 @@ def _stream(task_id: str, answer: str) -> Response:
 @router.post("/create_session")
 async def create_session(state: State) -> Response:
     sid = OrsSessions.new_sid()
-    return _stream(sid, json_codec.dumps({"sid": sid}))
+    return _event_answer(sid, json_codec.dumps({"sid": sid}))
 
 
 async def _session(state: AppState, sid: str | None) -> OrsSession:
@@ -268,12 +268,12 @@ async def call(body: ToolCall, state: State, x_session_id: SessionId = None) -> 
     session = await _session(state, x_session_id)
     ors = _ors(state)
     if body.task_id is not None:
-        return _stream(body.task_id, await _resumed(ors, body.task_id))
+        return _event_answer(body.task_id, await _resumed(ors, body.task_id))
     task_id = ors.new_call_id()
     with anyio.CancelScope(shield=True):  # a step that ran is answered, even to a client that reconnects
         answer = await _run_tool(state, session, body.name, body.input)
         await ors.keep_answer(task_id, answer.encode())
-    return _stream(task_id, answer)
+    return _event_answer(task_id, answer)
 
 
 async def ping(state: State, x_session_id: SessionId = None) -> JSONBytes:
