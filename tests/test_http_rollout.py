@@ -143,7 +143,7 @@ def test_op_aliases_and_dict_ops(client: httpx.Client) -> None:
 
 
 def test_gzip_when_accepted_and_identical_when_not(app_server: AppServer, client: httpx.Client) -> None:
-    body = request_body(decisions=3)
+    body = request_body(decisions=10)  # above the compression threshold: a 3-decision answer is not
     raw_client = app_server.client(guard=False)
     with raw_client.stream("POST", "/rollout", json=body, headers={"Accept-Encoding": "gzip"}) as response:
         assert response.status_code == 200
@@ -154,6 +154,25 @@ def test_gzip_when_accepted_and_identical_when_not(app_server: AppServer, client
     assert gzip.decompress(compressed) == plain.content
     assert_no_key_material(plain.text)
     rollout_ok(plain)
+    assert len(plain.content) >= app_server.settings.gzip_min_bytes
+
+
+def test_env_answers_go_uncompressed_below_the_threshold(make_app_server: Callable[..., AppServer]) -> None:
+    """An env answer (a few KB) goes as it is to a client that accepts gzip; lowering the threshold compresses it."""
+    accepts = {"Accept-Encoding": "gzip, deflate"}
+    for threshold in (None, 1024):
+        server = make_app_server(**({} if threshold is None else {"gzip_min_bytes": threshold}))
+        http = server.client()
+        created = http.post("/create", json={"env_name": "crafter", "seed": 3}, headers=accepts)
+        step = {"env_id": created.json()["env_id"], "tool_calls": [{"tool": "interact", "args": {"action": "noop"}}]}
+        stepped = http.post("/step", json=step, headers=accepts)
+        for response in (created, stepped):
+            assert response.status_code == 200
+            if threshold is None:
+                assert response.headers.get("content-encoding") is None
+                assert 1024 < int(response.headers["content-length"]) < server.settings.gzip_min_bytes
+            else:
+                assert response.headers["content-encoding"] == "gzip"
 
 
 # --- crafter-react against the fake model: the trainer's samples --------------------------------

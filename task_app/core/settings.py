@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     """App processes `task-app serve` runs on its one port; more than 1 needs a shared `TASKAPP_STATE_BACKEND`."""
     max_body_bytes: int = Field(default=1_048_576, ge=1024)
     """Largest request body; a larger one is a 413. It also bounds an `ops` list."""
+    gzip_min_bytes: int = Field(default=8192, ge=0)
+    """Smallest response body compressed for a client that accepts gzip; env answers (a few KB) go as they
+    are, rollout answers and exports are compressed (docs/decisions/compression.md)."""
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Origins allowed by CORS, comma-separated; CORS stays off when empty."""
     math_alias_enabled: bool = True

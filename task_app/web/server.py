@@ -178,9 +178,8 @@ def create_app(settings: Settings, handover: Handover | None = None) -> FastAPI:
     install_error_handlers(app)
     if settings.step_fast_path:
         app.add_middleware(StepFastPath)  # innermost: the size limit and compression apply to it
-    # zlib's default level, not Starlette's 9: about a third less of the loop's CPU for a few percent
-    # more bytes (the compression runs on the event loop).
-    app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=6)
+    # zlib's default level, not Starlette's 9, and small bodies as they are: docs/decisions/compression.md.
+    app.add_middleware(GZipMiddleware, minimum_size=settings.gzip_min_bytes, compresslevel=6)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware, allow_origins=settings.cors_origins, allow_methods=["*"], allow_headers=["*"]
